@@ -1,0 +1,69 @@
+"""The one owner of on-disk paths: job dirs (logs, results), build cache dirs, scratch dirs."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.config import Settings
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def job_dir(settings: Settings, job_id: str) -> Path:
+    path = settings.data_dir / "jobs" / job_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_key(source: str, *, arch: str, torch_version: str, cuda_version: str | None, python: str) -> str:
+    h = hashlib.sha256()
+    for part in (source, arch, torch_version, cuda_version or "cpu", python):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def build_dir(settings: Settings, key: str) -> Path:
+    path = settings.data_dir / "builds" / key
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def exclusive_build_dir(path: Path) -> Iterator[None]:
+    """Hold a build dir alone while a candidate compiles into it.
+
+    Identical sources share a build dir, so the second evaluation reuses the first one's build.
+    torch's own lock file (`<ext>/lock`) outlives a build killed at its deadline and would make the
+    next build wait forever; while we hold this lock no build runs there, so such files are stale.
+    """
+    with open(path / ".harness.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in path.glob("*/lock"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def scratch_dir(settings: Settings) -> Iterator[Path]:
+    """A private temp dir for one evaluation, removed in every path."""
+    root = settings.scratch_dir
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kh-eval-", dir=root, ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp)
+        os.chmod(path, 0o700)
+        yield path

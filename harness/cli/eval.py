@@ -1,0 +1,99 @@
+"""`harness eval`: judge one submission file against one problem."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from harness.cli.common import ProblemsDirOption, find_problem
+from harness.problems.spec import V01_TOLERANCE
+from harness.sandbox.runner import EvalOptions, evaluate
+from harness.schema import EvalResult, Tolerance
+
+
+def eval_command(
+    problem: str = typer.Option(..., "--problem", "-p", help="Slug, KernelBench id (level2/75) or file stem."),
+    submission: Path = typer.Option(..., "--submission", "-s", exists=True, dir_okay=False,
+                                    help="A Python file defining ModelNew, or a raw LLM reply holding one."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    size: str = typer.Option("auto", "--size", help="auto (default on CUDA, small on CPU) | default | small"),
+    trials: int = typer.Option(None, "--trials", min=1, help="Correctness trials (default 5)."),
+    atol: float = typer.Option(None, "--atol", help="Override the problem's absolute tolerance."),
+    rtol: float = typer.Option(None, "--rtol", help="Override the problem's relative tolerance."),
+    v01: bool = typer.Option(False, "--v01-tolerance", help="Use KernelBench v0.1's atol=rtol=1e-2."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
+    compile_baseline: str = typer.Option(None, "--compile-baseline",
+                                         help="auto | on | off: also time torch.compile of the reference."),
+    problems_dir: Path | None = ProblemsDirOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the result model as JSON on stdout."),
+) -> None:
+    """Evaluate SUBMISSION against PROBLEM in isolated processes and print the verdict.
+
+    Examples:
+
+      harness eval --problem level2/75 --submission my_kernel.py
+
+      harness eval -p gemm-groupnorm-hardtanh -s reply.txt --device cpu --size small --json
+    """
+    if device not in ("auto", "cpu", "cuda"):
+        raise typer.BadParameter("use auto, cpu or cuda", param_hint="--device")
+    if compile_baseline not in (None, "auto", "on", "off"):
+        raise typer.BadParameter("use auto, on or off", param_hint="--compile-baseline")
+    spec = find_problem(problems_dir, problem)
+    if size not in ("auto", *spec.sizes):
+        raise typer.BadParameter(f"problem {spec.id} has sizes: {', '.join(spec.sizes)}", param_hint="--size")
+    tolerance = V01_TOLERANCE if v01 else None
+    if atol is not None or rtol is not None:
+        base = tolerance or spec.tolerance
+        tolerance = Tolerance(atol=atol if atol is not None else base.atol, rtol=rtol if rtol is not None else base.rtol)
+    text = submission.read_bytes().decode("utf-8", errors="replace")
+    typer.echo(f"evaluating {submission} against {spec.id} ...", err=True)
+    result = evaluate(spec, text, EvalOptions(device=device, size=size, tolerance=tolerance, trials=trials,
+                                              timing=not no_timing, compile_baseline=compile_baseline))
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        typer.echo(render(result))
+    raise typer.Exit(0 if result.verdict.value == "passed" else 1)
+
+
+def _ms(stats) -> str:
+    if stats is None:
+        return "-"
+    return f"{stats.median_ms:.4f} ms (mean {stats.mean_ms:.4f}, min {stats.min_ms:.4f}, max {stats.max_ms:.4f}, " \
+           f"std {stats.std_ms:.4f}, n={stats.n})"
+
+
+def render(r: EvalResult) -> str:
+    p, o = r.provenance, r.observations
+    lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
+             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'}), size {r.problem.size}",
+             f"tolerance:  {r.tolerance}"]
+    if p is not None:
+        lines.append(f"device:     {p.device} {p.device_name}"
+                     + (f" (sm {p.compute_capability}, driver {p.driver_version})" if p.compute_capability else ""))
+        lines.append(f"software:   torch {p.torch_version}, CUDA {p.cuda_version or '-'}, "
+                     f"python {p.python_version}, harness {p.harness_version}")
+    for f in r.flags:
+        lines.append(f"flag:       {f.check}: {f.detail}")
+    if o.candidate_timing:
+        lines.append(f"candidate:  {_ms(o.candidate_timing)}")
+        lines.append(f"eager:      {_ms(o.eager_timing)}")
+        lines.append(f"compile:    {_ms(o.compile_timing)}" + (f"  [{o.compile_baseline_error}]"
+                                                              if o.compile_baseline_error else ""))
+    if r.speedup_vs_eager is not None:
+        lines.append(f"speedup:    {r.speedup_vs_eager:.3f}x vs eager" + (
+            f", {r.speedup_vs_compile:.3f}x vs torch.compile" if r.speedup_vs_compile is not None else ""))
+    for t in o.trials:
+        for out in t.outputs:
+            if out.max_abs_err is not None:
+                lines.append(f"trial {t.trial}:    max abs {out.max_abs_err:.3g}, max rel {out.max_rel_err:.3g}, "
+                             f"vs fp64 {out.err_vs_fp64:.3g} (reference {out.ref_err_vs_fp64:.3g})")
+    if r.log_excerpt:
+        lines.append("log:")
+        lines.extend("  " + ln for ln in r.log_excerpt.splitlines())
+    if r.job_dir:
+        lines.append(f"logs:       {r.job_dir}")
+    return "\n".join(lines)

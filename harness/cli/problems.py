@@ -1,0 +1,61 @@
+"""`harness problems ls|show`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from harness.cli.common import ProblemsDirOption, find_problem, registry
+from harness.problems.spec import module_constants
+
+app = typer.Typer(help="List and inspect problems.", no_args_is_help=True)
+
+
+@app.command("ls")
+def list_problems(problems_dir: Path | None = ProblemsDirOption,
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List problems: id, KernelBench id, tolerance and sizes.
+
+    Example: harness problems ls --problems-dir ~/KernelBench/KernelBench/level2
+    """
+    specs = registry(problems_dir).all()
+    if as_json:
+        typer.echo(json.dumps([s.model_dump(mode="json") for s in specs], indent=2))
+        return
+    width = max((len(s.id) for s in specs), default=2)
+    typer.echo(f"{'id':<{width}}  {'kernelbench':<12} {'tolerance':<18} sizes")
+    for s in specs:
+        typer.echo(f"{s.id:<{width}}  {s.kernelbench_id or '-':<12} {s.tolerance!s:<18} {', '.join(s.sizes)}")
+
+
+@app.command("show")
+def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (level2/75) or file stem."),
+                 problems_dir: Path | None = ProblemsDirOption,
+                 source: bool = typer.Option(False, "--source", help="Print the reference source too."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show one problem's metadata, constants and sizes.
+
+    Example: harness problems show level2/75 --source
+    """
+    spec = find_problem(problems_dir, problem)
+    if as_json:
+        typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
+        return
+    typer.echo(f"{spec.id}  (KernelBench {spec.kernelbench_id or '-'}, version {spec.version})")
+    if spec.description:
+        typer.echo(f"  {spec.description}")
+    typer.echo(f"  file:        {spec.source_path}")
+    typer.echo(f"  tolerance:   {spec.tolerance}")
+    typer.echo(f"  time limits: compile {spec.compile_timeout_s:g} s, run {spec.run_timeout_s:g} s")
+    typer.echo(f"  constructor: Model({', '.join(spec.init_arg_names)})")
+    typer.echo("  constants:   " + ", ".join(f"{k}={v}" for k, v in module_constants(spec.source()).items()))
+    for name, variant in spec.sizes.items():
+        extra = f"  overrides {variant.overrides}" if variant.overrides else ""
+        flops = f"{variant.flops / 1e9:.1f} GFLOP" if variant.flops else "FLOPs unknown"
+        nbytes = f"{variant.min_bytes / 1e6:.1f} MB" if variant.min_bytes else "bytes unknown"
+        typer.echo(f"  size {name}: {flops}, min traffic {nbytes}{extra}")
+    if source:
+        typer.echo("")
+        typer.echo(spec.source())

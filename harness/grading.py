@@ -1,0 +1,173 @@
+"""Pure grading: (observations, tolerance) -> verdict. No GPU, no DB, no subprocess.
+
+Re-grading a stored result under another tolerance is `grade(result.observations, tolerance)`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimingStats, Tolerance
+from harness.verdicts import Phase, Verdict, classify_exception
+
+# A candidate whose error against float64 exceeds the reference's own by this factor (and the
+# absolute floor below) computes in lower precision than fp32 (TF32, bf16, fast-math).
+PRECISION_RATIO = 10.0
+PRECISION_FLOOR = 1e-5
+
+_EXCERPT_LINES = 30
+
+
+@dataclass
+class Grade:
+    verdict: Verdict
+    message: str
+    log_excerpt: str = ""
+    flags: list[Flag] = field(default_factory=list)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+
+
+def required_atol(fig: OutputFigures, rtol: float) -> float:
+    """An upper bound of max(|a-b| - rtol*|b|): exact on the grid, interpolated between its points.
+
+    That function of rtol is convex and decreasing, so the chord between grid points lies above it
+    and the bound never passes what allclose would fail.
+    """
+    table = fig.min_atol_at_rtol or {}
+    points = [(r, table[f"{r:g}"]) for r in RTOL_GRID if f"{r:g}" in table]
+    if not points:
+        return float("inf")
+    for (r0, a0), (r1, a1) in zip(points, points[1:], strict=False):
+        if r0 <= rtol <= r1:
+            return a0 + (a1 - a0) * (rtol - r0) / (r1 - r0) if r1 > r0 else a0
+    return points[-1][1] if rtol > points[-1][0] else points[0][1]
+
+
+def within_tolerance(fig: OutputFigures, tol: Tolerance) -> bool:
+    if fig.nonfinite_mismatches:
+        return False
+    if fig.max_abs_err is None:
+        return fig.numel == 0
+    if tol.atol == tol.rtol and fig.max_rel_err is not None:
+        return fig.max_rel_err <= tol.atol  # |a-b| <= t(1+|b|), exactly allclose's test
+    return fig.max_abs_err <= tol.atol or required_atol(fig, tol.rtol) <= tol.atol
+
+
+def _shape(shape: list[int] | None) -> str:
+    return "(" + ", ".join(map(str, shape or [])) + ("," if shape and len(shape) == 1 else "") + ")"
+
+
+def _tail(text: str, n: int = _EXCERPT_LINES) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+def _compiler_excerpt(message: str) -> tuple[str, str]:
+    lines = message.splitlines()
+    errors = [ln for ln in lines if re.search(r"\berror\b", ln, re.IGNORECASE)
+              and not ln.startswith("ninja: build stopped")]
+    first = next((ln.strip() for ln in errors if "Error building extension" not in ln), None)
+    if first is None:
+        first = lines[0].strip() if lines else "the build failed"
+    return first, "\n".join(errors[:_EXCERPT_LINES]) or _tail(message)
+
+
+def _speedup(base: TimingStats | None, cand: TimingStats | None) -> float | None:
+    if base is None or cand is None or cand.median_ms <= 0:
+        return None
+    return base.median_ms / cand.median_ms
+
+
+def grade(obs: Observations, tol: Tolerance) -> Grade:
+    if obs.static_error:
+        return Grade(Verdict.invalid_submission, obs.static_error)
+    if obs.reference_error:
+        return Grade(Verdict.infra_error, "the harness's reference side failed: " + obs.reference_error.splitlines()[0],
+                     _tail(obs.reference_error))
+    err, ex = obs.candidate_error, obs.candidate_exit
+    if err is not None:
+        verdict = classify_exception(err.phase, err.exc_type, err.message)
+        if verdict == Verdict.compile_error:
+            first, excerpt = _compiler_excerpt(err.message)
+            return Grade(verdict, f"compilation failed: {first}", excerpt)
+        first_line = (err.message.strip().splitlines() or [""])[0][:300]
+        where = {Phase.compile: "while importing or constructing ModelNew",
+                 Phase.correctness: "during a correctness trial", Phase.timing: "during timing"}.get(err.phase, "")
+        return Grade(verdict, f"{err.exc_type} {where}: {first_line}".strip(),
+                     _tail(err.traceback or err.message))
+    if ex is not None and ex.timed_out:
+        limit = f"{ex.deadline_s:g} s " if ex.deadline_s else ""
+        return Grade(Verdict.timeout, f"the {ex.phase.value} phase exceeded its {limit}limit; the process group "
+                     "was killed", _tail(obs.log_tail))
+    if ex is not None and not ex.finished:
+        if ex.signal:
+            how = f"killed by {ex.signal}"
+        else:
+            how = f"exited with code {ex.returncode} before finishing"
+        return Grade(Verdict.crashed, f"the candidate's process {how} during the {ex.phase.value} phase",
+                     _tail(obs.log_tail))
+    if obs.flag_changes:
+        detail = "; ".join(f"{c.name}: {c.before!r} -> {c.after!r} (at {c.when})" for c in obs.flag_changes)
+        return Grade(Verdict.flagged, "the submission changed global torch numerics settings: " + detail,
+                     detail, flags=[Flag(check="global_torch_flags", detail=detail)])
+    if len(obs.trials) < obs.trials_expected:
+        return Grade(Verdict.infra_error, f"only {len(obs.trials)} of {obs.trials_expected} trials were judged")
+    for trial in obs.trials:
+        g = _grade_trial(trial.trial, trial.structure_error, trial.outputs, tol)
+        if g is not None:
+            return g
+    det = obs.determinism
+    if det is not None and not det.bitwise_equal and (det.max_rel_diff is None or det.max_rel_diff > tol.atol):
+        diff = "different structure" if det.max_rel_diff is None else f"max |o1-o2|/(1+|o2|) = {det.max_rel_diff:.3g}"
+        return Grade(Verdict.nondeterministic, f"the same inputs gave different outputs on two calls ({diff}, "
+                     f"beyond {tol}): a race or a read of uninitialised memory")
+    return _passed(obs, tol)
+
+
+def _grade_trial(i: int, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance) -> Grade | None:
+    if structure_error:
+        return Grade(Verdict.shape_mismatch, f"trial {i}: {structure_error}")
+    for o in outputs:
+        name = f"output {o.index}" if len(outputs) > 1 else "output"
+        if o.got_type != "Tensor":
+            return Grade(Verdict.shape_mismatch, f"trial {i}: {name} is a {o.got_type}, not a plain torch.Tensor")
+        if o.got_shape != o.expected_shape:
+            return Grade(Verdict.shape_mismatch, f"trial {i}: {name} has shape {_shape(o.got_shape)}, the "
+                         f"reference's has shape {_shape(o.expected_shape)}")
+        if o.got_dtype != o.expected_dtype:
+            return Grade(Verdict.dtype_mismatch, f"trial {i}: {name} has dtype {o.got_dtype}, the reference's "
+                         f"has dtype {o.expected_dtype}")
+        if o.nonfinite_mismatches:
+            return Grade(Verdict.wrong_answer, f"trial {i}: {name} has NaN/Inf in {o.nonfinite_mismatches} of "
+                         f"{o.numel} elements where the reference has finite values")
+        if not within_tolerance(o, tol):
+            line = (f"trial {i} {name}: max abs err {o.max_abs_err:.4g}, max rel err {o.max_rel_err:.4g}; worst at "
+                    f"{o.worst_index}: got {o.worst_got:.6g}, expected {o.worst_expected:.6g}")
+            if o.mismatches_at_eval_tolerance is not None:
+                line += f"; {o.mismatches_at_eval_tolerance} of {o.numel} elements outside the tolerance at eval time"
+            return Grade(Verdict.wrong_answer, f"trial {i}: {name} differs from the reference beyond {tol} "
+                         f"(max abs err {o.max_abs_err:.3g})", line)
+    return None
+
+
+def _passed(obs: Observations, tol: Tolerance) -> Grade:
+    figs = [o for t in obs.trials for o in t.outputs]
+    max_abs = max((o.max_abs_err or 0.0 for o in figs), default=0.0)
+    flags: list[Flag] = []
+    cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
+    ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
+    if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:
+        flags.append(Flag(check="precision_below_fp32", detail=f"error vs float64 {cand:.3g}, the fp32 reference's "
+                          f"{ref:.3g}: lower-precision arithmetic (TF32, bf16, fast math)"))
+    parts = [f"{len(obs.trials)} trials within {tol}, max abs err {max_abs:.3g}"]
+    if obs.state_dict is not None and obs.state_dict.copied:
+        parts.append(f"reference parameters copied into {len(obs.state_dict.copied)} tensors")
+    s_eager = _speedup(obs.eager_timing, obs.candidate_timing)
+    s_compile = _speedup(obs.compile_timing, obs.candidate_timing)
+    if s_eager is not None:
+        parts.append(f"{s_eager:.3f}x vs eager")
+    if s_compile is not None:
+        parts.append(f"{s_compile:.3f}x vs torch.compile")
+    return Grade(Verdict.passed, "; ".join(parts), flags=flags, speedup_vs_eager=s_eager, speedup_vs_compile=s_compile)

@@ -1,0 +1,107 @@
+"""Find problems by slug, KernelBench id or file stem; suggest near names for typos."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.problems.catalog import builtin_problems
+from harness.problems.spec import ProblemSpec, model_init_arg_names
+
+_KB_FILE = re.compile(r"^(\d+)_(\w+)\.py$")
+_LEVEL_DIR = re.compile(r"^level(\d+)$")
+
+
+class UnknownProblem(KeyError):
+    def __init__(self, name: str, suggestions: list[str]):
+        self.name = name
+        self.suggestions = suggestions
+        hint = f"; did you mean: {', '.join(suggestions)}" if suggestions else ""
+        super().__init__(f"unknown problem {name!r}{hint}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _is_subsequence(short: str, long: str) -> bool:
+    it = iter(long)
+    return all(ch in it for ch in short)
+
+
+def load_kernelbench_dir(path: Path) -> list[ProblemSpec]:
+    """Problems from a KernelBench-format folder: `level2/` itself or a folder holding `levelN/` folders.
+
+    Nothing is imported here: the files are read as text. Ids are `levelN/<number>`; a folder not
+    named `levelN` gives ids `<folder name>/<number>`.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"problems folder {str(path)!r} does not exist or is not a folder")
+    folders = [path] if not any(_LEVEL_DIR.match(p.name) for p in path.iterdir() if p.is_dir()) else sorted(
+        p for p in path.iterdir() if p.is_dir() and _LEVEL_DIR.match(p.name)
+    )
+    specs: list[ProblemSpec] = []
+    for folder in folders:
+        for file in sorted(folder.glob("*.py")):
+            m = _KB_FILE.match(file.name)
+            if not m:
+                continue
+            kb_id = f"{folder.name}/{int(m.group(1))}"
+            try:
+                arg_names = model_init_arg_names(file.read_text())
+            except SyntaxError:
+                arg_names = []
+            specs.append(
+                ProblemSpec(id=kb_id, kernelbench_id=kb_id, name=file.stem, source_path=file,
+                            init_arg_names=arg_names)
+            )
+    return specs
+
+
+class Registry:
+    def __init__(self, specs: Iterable[ProblemSpec]):
+        self._specs: list[ProblemSpec] = []
+        self._by_alias: dict[str, ProblemSpec] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: ProblemSpec) -> None:
+        """Later additions win on alias clashes: an explicitly given folder overrides the built-ins."""
+        self._specs = [s for s in self._specs if s.id != spec.id]
+        self._specs.append(spec)
+        for alias in spec.aliases:
+            self._by_alias[alias.lower()] = spec
+
+    def all(self) -> list[ProblemSpec]:
+        return list(self._specs)
+
+    def get(self, name: str) -> ProblemSpec:
+        spec = self._by_alias.get(name.strip().lower())
+        if spec is None:
+            raise UnknownProblem(name, self.suggest(name))
+        return spec
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        lowered = sorted({a.lower() for s in self._specs for a in s.aliases})
+        close = difflib.get_close_matches(name.lower(), lowered, n=3 * n, cutoff=0.5)
+        if not close:  # abbreviations such as "gemm_gn": every word a subsequence of some alias word
+            words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+            hits = [a for a in lowered if words and all(
+                any(_is_subsequence(w, aw) for aw in re.split(r"[^a-z0-9]+", a)) for w in words)]
+            close = sorted(hits, key=lambda a: -difflib.SequenceMatcher(None, name.lower(), a).ratio())
+        ids: list[str] = []  # one name per problem: its id
+        for alias in close:
+            pid = self._by_alias[alias].id
+            if pid not in ids:
+                ids.append(pid)
+        return ids[:n]
+
+
+def get_registry(problems_dir: Path | None = None) -> Registry:
+    registry = Registry(builtin_problems())
+    if problems_dir is not None:
+        for spec in load_kernelbench_dir(problems_dir):
+            registry.add(spec)
+    return registry

@@ -1,0 +1,77 @@
+"""What the harness knows about a problem without importing its file."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness.schema import Tolerance
+
+DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # KernelBench today, fp32
+V01_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)  # the KernelBench v0.1 tier
+
+
+class SizeVariant(BaseModel):
+    """Module constants to override before `get_inputs`/`get_init_inputs` run (empty: as in the file)."""
+
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    flops: float | None = None  # for the speed-of-light floor
+    min_bytes: float | None = None  # each input, parameter and output touched once
+
+
+class ProblemSpec(BaseModel):
+    id: str
+    version: int = 1
+    kernelbench_id: str | None = None
+    name: str  # the file's stem, KernelBench style: 75_Gemm_GroupNorm_Min_BiasAdd
+    source_path: Path
+    description: str = ""
+    builtin: bool = False
+    tolerance: Tolerance = DEFAULT_TOLERANCE
+    compile_timeout_s: float = 600.0  # import of the submission: load_inline builds run here
+    run_timeout_s: float = 300.0  # correctness trials and timing
+    sizes: dict[str, SizeVariant] = Field(default_factory=lambda: {"default": SizeVariant()})
+    init_arg_names: list[str] = Field(default_factory=list)
+
+    def size(self, name: str) -> SizeVariant:
+        try:
+            return self.sizes[name]
+        except KeyError:
+            raise KeyError(
+                f"problem {self.id!r} has no size {name!r}; it has: {', '.join(sorted(self.sizes))}"
+            ) from None
+
+    @property
+    def aliases(self) -> list[str]:
+        names = [self.id, self.name]
+        if self.kernelbench_id:
+            names.append(self.kernelbench_id)
+        return names
+
+    def source(self) -> str:
+        return self.source_path.read_text()
+
+
+def module_constants(source: str) -> dict[str, str]:
+    """Module-level `NAME = expr` assignments as source text, read without importing."""
+    tree = ast.parse(source)
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.get_source_segment(source, node.value) or "?"
+    return found
+
+
+def model_init_arg_names(source: str) -> list[str]:
+    """Positional parameters of `Model.__init__` after self (with defaults marked)."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = item.args.posonlyargs + item.args.args
+                    return [a.arg for a in args[1:]]
+    return []

@@ -1,0 +1,63 @@
+"""Load a KernelBench-format problem file in a child process, with its size overrides applied.
+
+Imported by both children (the problem file is trusted code; it holds no secret).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from harness.sandbox.protocol import ProblemLoad
+
+
+def load_problem(load: ProblemLoad, module_name: str = "_harness_problem") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, load.path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load problem file {load.path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    for name, value in load.overrides.items():
+        if not hasattr(module, name):
+            raise AttributeError(f"size override {name!r} names no constant of {load.path.name}")
+        if isinstance(getattr(module, name), tuple) and isinstance(value, list):
+            value = tuple(value)  # JSON has no tuples
+        setattr(module, name, value)
+    for fn in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, fn):
+            raise AttributeError(f"problem file {load.path.name} defines no {fn}")
+    return module
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(o, device) for o in obj)
+    return obj
+
+
+def seeded_inputs(module: ModuleType, seed: int, device: torch.device) -> list[Any]:
+    """get_inputs() under a seed, made on `device` directly (no host round trip for timing)."""
+    torch.manual_seed(seed)
+    with device:
+        inputs = list(module.get_inputs())
+    return to_device(inputs, device)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA GPU")
+    return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,182 @@
+"""Parent side of one child process: spawn fresh, own its deadlines, kill its whole group, reap.
+
+No torch here. The child runs `python -m <module>` in a new session (its own process group), in a
+working dir the parent chose, with the environment the parent built; it reports JSON lines on a
+pipe whose write end is the only extra fd it inherits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from harness.sandbox.protocol import MAX_MESSAGE_BYTES
+
+_EOF = object()
+
+
+class Deadline(Exception):
+    """The child said nothing conclusive before its deadline."""
+
+
+class ChildExited(Exception):
+    """The channel closed: the child is gone (or closed the pipe) before sending what was awaited."""
+
+
+@dataclass
+class Message:
+    event: str
+    fields: dict[str, Any]
+    received_at: float  # the parent's monotonic clock
+
+
+def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
+    """Only what a build and a CUDA run need; no tokens, database URLs or HARNESS_* settings."""
+    keep = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "TZ")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    bindir = str(Path(sys.executable).parent)  # ninja from the venv
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    package_root = str(Path(__file__).resolve().parents[2])
+    env.update(
+        HOME=str(home), TMPDIR=str(home), PYTHONPATH=package_root, PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", LANG=env.get("LANG", "C.UTF-8"),
+    )
+    env.update(extra)
+    return env
+
+
+class ChildProcess:
+    def __init__(self, module: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
+                 kill_grace_s: float):
+        read_fd, write_fd = os.pipe()
+        self.kill_grace_s = kill_grace_s
+        self.log_path = log_path
+        self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in reap()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", module, "--channel-fd", str(write_fd), *args],
+                cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,), start_new_session=True, close_fds=True,
+            )
+        finally:
+            os.close(write_fd)
+        self.started_at = time.monotonic()
+        self._messages: queue.Queue[Any] = queue.Queue()
+        self.garbage_lines = 0
+        self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
+        self._reader.start()
+        self.killed_by_parent = False
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as chan:
+            while True:
+                line = chan.readline(MAX_MESSAGE_BYTES)
+                if not line:
+                    break
+                try:
+                    obj = json.loads(line)
+                    event = obj.pop("event")
+                    if not isinstance(event, str):
+                        raise TypeError("event is not a string")
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    self.garbage_lines += 1
+                    if not line.endswith(b"\n"):  # an oversized line: drop its remainder
+                        while line and not line.endswith(b"\n"):
+                            line = chan.readline(MAX_MESSAGE_BYTES)
+                    continue
+                self._messages.put(Message(event, obj, time.monotonic()))
+        self._messages.put(_EOF)
+
+    def send(self, command: dict[str, Any] | str) -> None:
+        assert self.proc.stdin is not None
+        text = command if isinstance(command, str) else json.dumps(command, default=str)
+        try:
+            self.proc.stdin.write(text.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise ChildExited(f"could not send to the child: {e}") from None
+
+    def next_message(self, deadline: float) -> Message:
+        """The next message; Deadline when `deadline` (monotonic) passes, ChildExited on EOF."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Deadline()
+        try:
+            item = self._messages.get(timeout=remaining)
+        except queue.Empty:
+            raise Deadline() from None
+        if item is _EOF:
+            self._messages.put(_EOF)  # stay at EOF for later calls
+            raise ChildExited("the child closed its channel")
+        return item
+
+    def kill(self) -> None:
+        """SIGTERM the whole process group, wait the grace period, then SIGKILL it."""
+        if self.proc.poll() is None:
+            self.killed_by_parent = True
+        for sig, wait_s in ((signal.SIGTERM, self.kill_grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.proc.wait(timeout=wait_s)
+                # The leader is gone; SIGKILL stragglers left in its group (ninja, nvcc, forks).
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def wait_exit(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def reap(self) -> None:
+        """Always called: no zombies, no open fds, no process group left behind."""
+        self.kill()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self._reader.join(timeout=5)
+        self._log.close()
+
+    def log_tail(self, max_bytes: int = 8192) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                data = f.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        if size > max_bytes:
+            text = "[...]" + text[text.find("\n") + 1 :]
+        return text
+
+
+def describe_returncode(code: int | None) -> str | None:
+    """The signal's name for a negative return code."""
+    if code is not None and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return None

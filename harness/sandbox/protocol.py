@@ -1,0 +1,78 @@
+"""Messages between the parent and its two kinds of child. No torch here: the parent imports this.
+
+Children answer with JSON lines on a pipe the parent made (`Channel`); what a candidate's process
+says is a claim, checked by the parent and the trusted judge, never taken as a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+MAX_MESSAGE_BYTES = 1 << 20
+
+
+class ProblemLoad(BaseModel):
+    """How a child loads the problem module: by path, with size overrides applied to its constants."""
+
+    path: Path
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class TimingConfig(BaseModel):
+    warmup: int = 5
+    calls: int = 100
+    seed: int = 0  # inputs of timed call i come from get_inputs() under seed + i
+    flush_l2: bool = True
+
+
+class PrepareCommand(BaseModel):
+    cmd: Literal["prepare"] = "prepare"
+    problem: ProblemLoad
+    device: Literal["auto", "cpu", "cuda"]
+    param_seed: int
+    input_seed: int  # secret: never leaves the trusted process
+    trials: int
+    exchange_dir: Path
+
+
+class JudgeCommand(BaseModel):
+    cmd: Literal["judge"] = "judge"
+    outputs_dir: Path
+    atol: float
+    rtol: float
+
+
+class TimeReferenceCommand(BaseModel):
+    cmd: Literal["time_reference"] = "time_reference"
+    timing: TimingConfig
+    compile_baseline: bool
+
+
+class CandidateRequest(BaseModel):
+    submission_path: Path
+    problem: ProblemLoad
+    device: Literal["cpu", "cuda"]
+    param_seed: int
+    exchange_dir: Path  # init.pt (init args + reference state dict) and inputs_<i>.pt, from the trusted side
+    outputs_dir: Path
+    trials: int
+    timing: TimingConfig | None
+
+
+class Channel:
+    """The child's end: one JSON object per line on an inherited pipe fd."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def send(self, event: str, **fields: Any) -> None:
+        data = (json.dumps({"event": event, **fields}, default=str) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]

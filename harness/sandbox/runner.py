@@ -1,0 +1,306 @@
+"""Evaluate one submission against one problem: the parent side of the sandbox. No torch here.
+
+Two children per evaluation, each started fresh with `python -m`, in its own process group and
+temp dir, with a scrubbed environment:
+  trusted  builds the reference, draws inputs from a secret seed, keeps the expected outputs,
+           judges the candidate's saved outputs and times the reference;
+  child    imports the submission (compiling its load_inline code), runs the trials, times itself.
+The parent owns every deadline, kills whole process groups, and grades from the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness import artifacts, grading
+from harness.config import Settings, get_settings
+from harness.problems.spec import ProblemSpec
+from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
+from harness.sandbox.protocol import (
+    CandidateRequest,
+    JudgeCommand,
+    PrepareCommand,
+    ProblemLoad,
+    TimeReferenceCommand,
+    TimingConfig,
+)
+from harness.schema import (
+    ChildError,
+    ChildExit,
+    DeterminismFigures,
+    EvalResult,
+    FlagChange,
+    Observations,
+    ProblemRef,
+    Provenance,
+    StateDictCopy,
+    TimingStats,
+    Tolerance,
+    TrialFigures,
+)
+from harness.submission import InvalidSubmission, check_constructor, extract
+from harness.verdicts import Phase, Verdict
+
+_PROBE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class EvalOptions:
+    device: str = "auto"  # auto | cpu | cuda
+    size: str = "auto"  # auto (default on CUDA, small on CPU where the problem has one) or a size name
+    tolerance: Tolerance | None = None  # the problem's own when None
+    trials: int | None = None
+    timing: bool = True
+    compile_baseline: str | None = None  # auto | on | off; settings' when None
+    warmup: int | None = None
+    timed_calls: int | None = None
+    compile_timeout_s: float | None = None  # the problem's own when None
+    run_timeout_s: float | None = None
+    seed: int | None = None  # fixes the secret seeds, for reproducing a run
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class _TrustedFailed(Exception):
+    pass
+
+
+class _Trusted:
+    """The parent's handle on the trusted child."""
+
+    def __init__(self, proc: ChildProcess, timeout_s: float):
+        self.proc = proc
+        self.timeout_s = timeout_s
+
+    def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        self.proc.send(command)
+        try:
+            while True:
+                msg = self.proc.next_message(deadline)
+                if msg.event == reply:
+                    return msg.fields
+                if msg.event == "failed":
+                    raise _TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))
+        except Deadline:
+            raise _TrustedFailed(f"no answer to {command.get('cmd')!r} within {timeout_s or self.timeout_s:g} s") from None
+        except ChildExited:
+            code = self.proc.wait_exit(5)
+            raise _TrustedFailed(
+                f"the trusted process ended (code {code}) during {command.get('cmd')!r}:\n{self.proc.log_tail()}"
+            ) from None
+
+
+def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
+             settings: Settings | None = None) -> EvalResult:
+    options = options or EvalOptions()
+    settings = settings or get_settings()
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    tolerance = options.tolerance or spec.tolerance
+    job_id = artifacts.new_job_id()
+    job = artifacts.job_dir(settings, job_id)
+    (job / "submission.txt").write_text(text, errors="replace")
+    obs = Observations()
+    provenance: Provenance | None = None
+    size = options.size
+    try:
+        sub = extract(text)
+    except InvalidSubmission as e:
+        sub = None
+        obs.static_error = str(e)
+    sha = sub.sha256 if sub else artifacts.build_key(text, arch="", torch_version="", cuda_version="", python="")
+
+    if sub is not None:
+        provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
+    if size == "auto":
+        size = "default"
+
+    g = grading.grade(obs, tolerance)
+    if provenance is not None:
+        provenance.started_at = started_at
+        provenance.wall_s = time.monotonic() - t0
+    result = EvalResult(
+        verdict=g.verdict, message=g.message, log_excerpt=g.log_excerpt, flags=g.flags,
+        problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size=size,
+                           source=str(spec.source_path)),
+        tolerance=tolerance, speedup_vs_eager=g.speedup_vs_eager, speedup_vs_compile=g.speedup_vs_compile,
+        submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
+    )
+    (job / "result.json").write_text(result.model_dump_json(indent=2))
+    return result
+
+
+def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
+                     tolerance: Tolerance, obs: Observations, job: Path) -> tuple[Provenance | None, str]:
+    """Run both children; fill `obs`. Returns the provenance and the size actually used."""
+    rng = secrets.SystemRandom()
+    seed = options.seed if options.seed is not None else rng.randrange(1 << 62)
+    param_seed, input_seed, timing_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62), (seed * 104729) % (1 << 61)
+    trials = options.trials or settings.correctness_trials
+    size = options.size
+    provenance: Provenance | None = None
+    with artifacts.scratch_dir(settings) as work:
+        trusted_home = work / "trusted"
+        cand_home = work / "candidate"
+        exchange = work / "exchange"
+        for d in (trusted_home, cand_home, exchange):
+            d.mkdir(mode=0o700)
+        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home,
+                            env=scrubbed_env(options.extra_env, trusted_home), log_path=job / "trusted.log",
+                            kill_grace_s=settings.kill_grace_s)
+        trusted = _Trusted(proc, settings.reference_timeout_s)
+        try:
+            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+            probed = trusted.call({"cmd": "probe", "device": options.device}, "probed", _PROBE_TIMEOUT_S)
+            provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
+            device = provenance.device
+            if size == "auto":
+                size = "small" if device == "cpu" and "small" in spec.sizes else "default"
+            load = ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides)
+            prepared = trusted.call(PrepareCommand(problem=load, device=device, param_seed=param_seed,
+                                                   input_seed=input_seed, trials=trials,
+                                                   exchange_dir=exchange).model_dump(mode="json"), "prepared")
+            obs.trials_expected = trials
+            try:
+                check_constructor(source, spec.init_arg_names[: prepared["init_arg_count"]]
+                                  if spec.init_arg_names else ["arg"] * prepared["init_arg_count"])
+            except InvalidSubmission as e:
+                obs.static_error = str(e)
+                return provenance, size
+
+            timing_cfg = None
+            if options.timing:
+                timing_cfg = TimingConfig(
+                    warmup=options.warmup if options.warmup is not None else settings.warmup_calls,
+                    calls=options.timed_calls or (settings.timed_calls_cuda if device == "cuda"
+                                                  else settings.timed_calls_cpu),
+                    seed=timing_seed,
+                )
+            def judge() -> bool:
+                """Judge the saved outputs; True when the candidate has earned its timing run."""
+                judged = trusted.call(JudgeCommand(outputs_dir=cand_home / "outputs", atol=tolerance.atol,
+                                                   rtol=tolerance.rtol).model_dump(mode="json"), "judged")
+                obs.trials = [TrialFigures.model_validate(t) for t in judged["trials"]]
+                if judged.get("determinism") is not None:
+                    obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
+                return timing_cfg is not None and grading.grade(obs, tolerance).verdict == Verdict.passed
+
+            _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials, timing_cfg,
+                           exchange, cand_home, job, obs, judge)
+            # Time the reference only for a candidate that passed and was timed: most submissions are not.
+            if timing_cfg is not None and obs.candidate_timing is not None and \
+                    grading.grade(obs, tolerance).verdict == Verdict.passed:
+                mode = options.compile_baseline or settings.compile_baseline
+                timed = trusted.call(TimeReferenceCommand(
+                    timing=timing_cfg, compile_baseline=(mode == "on" or (mode == "auto" and device == "cuda")),
+                ).model_dump(mode="json"), "reference_timed")
+                obs.eager_timing = TimingStats.model_validate(timed["eager"])
+                if timed.get("compile"):
+                    obs.compile_timing = TimingStats.model_validate(timed["compile"])
+                obs.compile_baseline_error = timed.get("compile_error")
+        except (_TrustedFailed, ChildExited, ValidationError, KeyError) as e:
+            obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, _TrustedFailed) else str(e)
+        finally:
+            with contextlib.suppress(ChildExited):
+                proc.send({"cmd": "exit"})
+            proc.wait_exit(settings.kill_grace_s)
+            proc.reap()
+    return provenance, size
+
+
+def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
+                   provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
+                   timing_cfg: TimingConfig | None, exchange: Path, home: Path, job: Path,
+                   obs: Observations, judge: Callable[[], bool]) -> None:
+    submission_path = home / "submission.py"
+    submission_path.write_text(source)
+    request = CandidateRequest(
+        submission_path=submission_path, problem=load, device=provenance.device, param_seed=param_seed,
+        exchange_dir=exchange, outputs_dir=home / "outputs", trials=trials, timing=timing_cfg,
+    )
+    request_path = home / "request.json"
+    request_path.write_text(request.model_dump_json())
+    arch = provenance.compute_capability or "cpu"
+    key = artifacts.build_key(source, arch=arch, torch_version=provenance.torch_version,
+                              cuda_version=provenance.cuda_version, python=provenance.python_version)
+    builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
+    builds.mkdir(exist_ok=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2))),
+           **options.extra_env}
+    if provenance.compute_capability:
+        env["TORCH_CUDA_ARCH_LIST"] = provenance.compute_capability
+    compile_limit = options.compile_timeout_s or spec.compile_timeout_s
+    run_limit = options.run_timeout_s or spec.run_timeout_s
+
+    exit_info = ChildExit(phase=Phase.compile, deadline_s=compile_limit)
+    with contextlib.ExitStack() as build_lock:
+        build_lock.enter_context(artifacts.exclusive_build_dir(builds))
+        proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
+                            env=scrubbed_env(env, home), log_path=job / "candidate.log",
+                            kill_grace_s=settings.kill_grace_s)
+        deadline = proc.started_at + compile_limit
+        try:
+            while True:
+                try:
+                    msg = proc.next_message(deadline)
+                except Deadline:
+                    exit_info.timed_out = True
+                    break
+                except ChildExited:
+                    break
+                f = msg.fields
+                if msg.event == "constructed":
+                    build_lock.close()
+                    obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
+                    exit_info.phase, exit_info.deadline_s = Phase.correctness, run_limit
+                    deadline = msg.received_at + run_limit
+                elif msg.event == "trials_done":
+                    go = judge()
+                    with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
+                        proc.send("time" if go else "exit")
+                    if not go:
+                        exit_info.finished = True
+                        break
+                    deadline = time.monotonic() + run_limit
+                elif msg.event == "timing_started":
+                    exit_info.phase = Phase.timing
+                elif msg.event == "flag_change":
+                    obs.flag_changes.append(FlagChange.model_validate(f))
+                elif msg.event == "timing":
+                    obs.candidate_timing = TimingStats.model_validate(f)
+                elif msg.event == "invalid":
+                    obs.static_error = str(f.get("message", "ModelNew cannot be constructed"))
+                    exit_info.finished = True
+                    break
+                elif msg.event == "error":
+                    obs.candidate_error = ChildError.model_validate(f)
+                    exit_info.finished = True
+                    break
+                elif msg.event == "done":
+                    exit_info.finished = True
+                    break
+        except ValidationError as e:
+            obs.candidate_error = ChildError(phase=exit_info.phase, exc_type="ProtocolError",
+                                             message=f"malformed message from the candidate's process: {e}")
+        finally:
+            if exit_info.finished:
+                proc.wait_exit(settings.kill_grace_s + 10)
+            proc.kill()
+            code = proc.proc.returncode
+            exit_info.returncode = code
+            exit_info.signal = None if exit_info.finished else describe_returncode(code)
+            if proc.killed_by_parent and not exit_info.timed_out and not exit_info.finished:
+                exit_info.signal = exit_info.signal or "SIGKILL"
+            proc.reap()
+    obs.candidate_exit = exit_info
+    obs.log_tail = proc.log_tail()

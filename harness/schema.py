@@ -1,0 +1,173 @@
+"""The result of one evaluation: pydantic models, JSON-serialisable and versioned.
+
+`Observations` holds the raw figures the sandbox recorded; `grading.grade` turns them into a
+verdict, so a stored result can be re-graded under another tolerance without a GPU.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from harness.verdicts import Phase, Verdict
+
+SCHEMA_VERSION = 1
+
+# rtol values at which the judge records the smallest atol that would pass (see OutputFigures).
+RTOL_GRID: tuple[float, ...] = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+
+
+class Tolerance(BaseModel):
+    atol: float = Field(gt=0)
+    rtol: float = Field(ge=0)
+
+    def __str__(self) -> str:
+        if self.atol == self.rtol:
+            return f"atol=rtol={self.atol:g}"
+        return f"atol={self.atol:g} rtol={self.rtol:g}"
+
+
+class OutputFigures(BaseModel):
+    """One output tensor of one trial, as the trusted judge saw it."""
+
+    index: int
+    got_type: str
+    got_shape: list[int] | None = None
+    got_dtype: str | None = None
+    got_device: str | None = None
+    expected_shape: list[int]
+    expected_dtype: str
+    # Only set when type, shape and dtype all match.
+    nonfinite_mismatches: int | None = None  # NaN/Inf where the reference differs
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None  # max |a-b| / (1+|b|): passes atol=rtol=t iff <= t
+    min_atol_at_rtol: dict[str, float] | None = None  # max(|a-b| - rtol*|b|) for each rtol in RTOL_GRID
+    worst_index: list[int] | None = None
+    worst_got: float | None = None
+    worst_expected: float | None = None
+    mismatches_at_eval_tolerance: int | None = None
+    numel: int | None = None
+    # Precision against a float64 ground truth, for candidate and reference alike.
+    err_vs_fp64: float | None = None  # max |a-g| / (1+|g|)
+    ref_err_vs_fp64: float | None = None
+    rel_l2_vs_fp64: float | None = None  # ||a-g|| / ||g||
+    ref_rel_l2_vs_fp64: float | None = None
+
+
+class TrialFigures(BaseModel):
+    trial: int
+    structure_error: str | None = None  # e.g. "expected a Tensor, got tuple"
+    outputs: list[OutputFigures] = Field(default_factory=list)
+
+
+class DeterminismFigures(BaseModel):
+    """The same inputs run twice (trial 0)."""
+
+    bitwise_equal: bool
+    max_rel_diff: float | None  # max |o1-o2| / (1+|o2|); None when structures differ
+
+
+class TimingStats(BaseModel):
+    clock: Literal["cuda_event", "perf_counter"]
+    n: int
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float
+    overhead_ms: float | None = None  # median of the same loop with an empty call
+
+
+class ChildExit(BaseModel):
+    """How the candidate's process ended, as the parent saw it."""
+
+    returncode: int | None = None
+    signal: str | None = None
+    finished: bool = False  # sent its final message
+    timed_out: bool = False
+    deadline_s: float | None = None
+    phase: Phase = Phase.compile  # the phase it was in when it ended
+
+
+class ChildError(BaseModel):
+    phase: Phase
+    exc_type: str
+    message: str
+    traceback: str = ""
+
+
+class FlagChange(BaseModel):
+    name: str
+    before: Any
+    after: Any
+    when: Literal["import", "construct", "run"]
+
+
+class StateDictCopy(BaseModel):
+    copied: list[str] = Field(default_factory=list)
+    not_copied: list[str] = Field(default_factory=list)  # candidate keys with no same-name/shape twin
+
+
+class Observations(BaseModel):
+    """Everything grading needs, all raw."""
+
+    static_error: str | None = None
+    reference_error: str | None = None  # the trusted side failed: infra_error
+    candidate_exit: ChildExit | None = None
+    candidate_error: ChildError | None = None
+    flag_changes: list[FlagChange] = Field(default_factory=list)
+    trials_expected: int = 0
+    trials: list[TrialFigures] = Field(default_factory=list)
+    determinism: DeterminismFigures | None = None
+    candidate_timing: TimingStats | None = None
+    eager_timing: TimingStats | None = None
+    compile_timing: TimingStats | None = None
+    compile_baseline_error: str | None = None
+    state_dict: StateDictCopy | None = None
+    log_tail: str = ""
+
+
+class Flag(BaseModel):
+    check: str
+    detail: str
+
+
+class ProblemRef(BaseModel):
+    id: str
+    version: int
+    kernelbench_id: str | None = None
+    size: str
+    source: str
+
+
+class Provenance(BaseModel):
+    harness_version: str
+    device: str  # "cpu" or "cuda"
+    device_name: str
+    compute_capability: str | None = None
+    torch_version: str
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    python_version: str
+    hostname: str
+    reference_torch_flags: dict[str, Any] = Field(default_factory=dict)
+    started_at: datetime
+    wall_s: float = 0.0
+
+
+class EvalResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    verdict: Verdict
+    message: str
+    log_excerpt: str = ""
+    flags: list[Flag] = Field(default_factory=list)
+    problem: ProblemRef
+    tolerance: Tolerance
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    submission_sha256: str
+    observations: Observations
+    provenance: Provenance | None = None
+    job_dir: str | None = None
