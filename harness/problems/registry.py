@@ -91,12 +91,13 @@ class Registry:
             hits = [a for a in lowered if words and all(
                 any(_is_subsequence(w, aw) for aw in re.split(r"[^a-z0-9]+", a)) for w in words)]
             close = sorted(hits, key=lambda a: -difflib.SequenceMatcher(None, name.lower(), a).ratio())
-        ids: list[str] = []  # one name per problem: its id
+        shown: list[str] = []  # one entry per problem: its id, with its KernelBench id beside it
         for alias in close:
-            pid = self._by_alias[alias].id
-            if pid not in ids:
-                ids.append(pid)
-        return ids[:n]
+            spec = self._by_alias[alias]
+            label = spec.id if spec.kernelbench_id in (None, spec.id) else f"{spec.id} ({spec.kernelbench_id})"
+            if label not in shown:
+                shown.append(label)
+        return shown[:n]
 
 
 def get_registry(problems_dir: Path | None = None) -> Registry:

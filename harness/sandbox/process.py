@@ -46,9 +46,12 @@ def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
     env = {k: os.environ[k] for k in keep if k in os.environ}
     bindir = str(Path(sys.executable).parent)  # ninja from the venv
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    package_root = str(Path(__file__).resolve().parents[2])
+    # The harness itself must be importable (uninstalled checkouts too), and so must what the
+    # parent's own PYTHONPATH provides (e.g. wheels unpacked beside a preinstalled torch).
+    pythonpath = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
+                                             os.environ.get("PYTHONPATH", "")) if p)
     env.update(
-        HOME=str(home), TMPDIR=str(home), PYTHONPATH=package_root, PYTHONUNBUFFERED="1",
+        HOME=str(home), TMPDIR=str(home), PYTHONPATH=pythonpath, PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", LANG=env.get("LANG", "C.UTF-8"),
     )
     env.update(extra)

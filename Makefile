@@ -1,0 +1,27 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both set up .venv first (idempotent).
+# TORCH names the torch to install; the CPU build 2.13.0 lies on this project's machines' disk.
+# On a GPU host with its own CUDA torch, use `make run TORCH=` to keep that one (a venv with
+# --system-site-packages sees it).
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(if $(TORCH),,--system-site-packages) $(VENV)
+	$(VENV)/bin/pip install -q $(TORCH) -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/harness eval --problem level2/75 --submission tests/fixtures/submissions/l75_pytorch_correct.py
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check harness tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

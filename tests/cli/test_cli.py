@@ -1,0 +1,66 @@
+"""The `harness` command as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..conftest import SUBMISSIONS
+
+
+def harness(*args: str, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_DATA_DIR": str(data_dir), "HARNESS_TIMED_CALLS_CPU": "3"}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_eval_json_prints_the_result_model_on_stdout_and_logs_on_stderr(tmp_path):
+    p = harness("eval", "--problem", "level2/75", "--submission", str(SUBMISSIONS / "l75_pytorch_correct.py"),
+                "--device", "cpu", "--size", "small", "--json", data_dir=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["verdict"] == "passed" and result["schema_version"] == 1
+    assert result["problem"]["kernelbench_id"] == "level2/75"
+    assert result["provenance"]["torch_version"] and result["tolerance"] == {"atol": 1e-4, "rtol": 1e-4}
+    assert "evaluating" in p.stderr
+
+
+def test_eval_text_report_shows_verdict_and_exit_code_1_on_failure(tmp_path):
+    p = harness("eval", "-p", "gemm-groupnorm-min-biasadd", "-s", str(SUBMISSIONS / "l75_shape_bc.py"),
+                "--device", "cpu", data_dir=tmp_path)
+    assert p.returncode == 1
+    assert "verdict:    shape_mismatch" in p.stdout and "(1, 256, 128, 1)" in p.stdout
+
+
+def test_eval_with_an_external_problems_dir(tmp_path):
+    level = tmp_path / "kb" / "level2"
+    level.mkdir(parents=True)
+    builtin = Path(__file__).parents[2] / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
+    small = builtin.read_text().replace("batch_size = 1024", "batch_size = 64").replace(
+        "in_features = 8192", "in_features = 128").replace("out_features = 8192", "out_features = 128")
+    (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
+    p = harness("eval", "--problems-dir", str(level), "--problem", "level2/30", "--submission",
+                str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--json", data_dir=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["verdict"] == "passed" and result["problem"]["source"].startswith(str(level))
+    assert result["problem"]["size"] == "default"  # an external problem has no small size
+
+
+def test_unknown_problem_exits_2_with_a_suggestion(tmp_path):
+    p = harness("eval", "-p", "level2/57", "-s", str(SUBMISSIONS / "l30_raises.py"), data_dir=tmp_path)
+    assert p.returncode == 2 and "did you mean" in p.stderr and "level2/75" in p.stderr
+
+
+def test_problems_ls_and_show(tmp_path):
+    ls = harness("problems", "ls", data_dir=tmp_path)
+    assert ls.returncode == 0 and "gemm-groupnorm-min-biasadd" in ls.stdout and "level2/94" in ls.stdout
+    show = harness("problems", "show", "level2/94", "--source", data_dir=tmp_path)
+    assert show.returncode == 0
+    assert "Model(in_features, out_features, bias_shape, num_groups)" in show.stdout
+    assert "class Model" in show.stdout
+    as_json = json.loads(harness("problems", "ls", "--json", data_dir=tmp_path).stdout)
+    assert len(as_json) == 6

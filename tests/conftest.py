@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from harness.config import Settings
+from harness.problems import get_registry
+from harness.sandbox.runner import EvalOptions, evaluate
+from harness.schema import EvalResult
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SUBMISSIONS = FIXTURES / "submissions"
+
+
+@functools.cache
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory) -> Settings:
+    """A private data dir (build cache, job logs) and quick CPU timing for the whole session."""
+    root = tmp_path_factory.mktemp("harness-data")
+    return Settings(data_dir=root, scratch_dir=root / "scratch", timed_calls_cpu=3, warmup_calls=1,
+                    correctness_trials=5, kill_grace_s=2.0)
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return get_registry()
+
+
+@pytest.fixture(scope="session")
+def run_fixture(settings, registry):
+    """Evaluate tests/fixtures/submissions/<name> against a problem on the CPU at the small size."""
+
+    def run(problem: str, name: str, **options) -> EvalResult:
+        options.setdefault("device", "cpu")
+        options.setdefault("size", "small")
+        text = (SUBMISSIONS / name).read_text()
+        return evaluate(registry.get(problem), text, EvalOptions(**options), settings)
+
+    return run

@@ -1,0 +1,62 @@
+"""The problem registry: built-ins by slug and KernelBench id, near-name suggestions, external folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.problems import UnknownProblem, get_registry, load_kernelbench_dir
+from harness.problems.spec import module_constants
+
+
+def test_six_builtin_problems_answer_to_slug_kernelbench_id_and_file_stem():
+    reg = get_registry()
+    assert sorted(s.kernelbench_id for s in reg.all()) == [
+        "level2/30", "level2/37", "level2/62", "level2/75", "level2/88", "level2/94"]
+    spec = reg.get("level2/75")
+    assert reg.get("gemm-groupnorm-min-biasadd") is spec and reg.get("75_Gemm_GroupNorm_Min_BiasAdd") is spec
+    assert spec.init_arg_names == ["in_features", "out_features", "num_groups", "bias_shape"]
+
+
+def test_every_builtin_has_metadata_and_a_small_size():
+    for spec in get_registry().all():
+        assert spec.version >= 1 and spec.tolerance.atol == 1e-4
+        assert spec.compile_timeout_s > 0 and spec.run_timeout_s > 0
+        for size in ("default", "small"):
+            variant = spec.size(size)
+            assert variant.flops and variant.min_bytes
+        assert set(spec.size("small").overrides) <= set(module_constants(spec.source()))
+
+
+def test_default_sizes_match_problems_md():
+    consts = module_constants(get_registry().get("level2/37").source())
+    assert (consts["batch_size"], consts["in_features"], consts["out_features"], consts["num_groups"]) == (
+        "32768", "1024", "4096", "64")
+    consts = module_constants(get_registry().get("level2/94").source())
+    assert consts["num_groups"] == "256" and consts["bias_shape"] == "(out_features,)"
+
+
+def test_unknown_problem_suggests_near_names():
+    with pytest.raises(UnknownProblem) as e:
+        get_registry().get("gemm_gn_hardtanh")
+    assert "did you mean" in str(e.value) and "gemm-groupnorm-hardtanh" in str(e.value)
+    with pytest.raises(UnknownProblem, match="level2/75"):
+        get_registry().get("level2/57")
+
+
+def test_external_kernelbench_folder_is_loaded_without_importing(tmp_path: Path):
+    level = tmp_path / "level2"
+    level.mkdir()
+    (level / "99_Foo_Bar.py").write_text("raise SystemExit('imported!')\nclass Model:\n    def __init__(self, a, b): pass\n")
+    (level / "notes.txt").write_text("ignored")
+    for root in (tmp_path, level):  # the suite's root or one level's folder
+        specs = load_kernelbench_dir(root)
+        assert [s.id for s in specs] == ["level2/99"] and specs[0].init_arg_names == ["a", "b"]
+    reg = get_registry(tmp_path)
+    assert reg.get("level2/99").name == "99_Foo_Bar" and reg.get("level2/75").builtin
+
+
+def test_missing_external_folder_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_kernelbench_dir(tmp_path / "nope")

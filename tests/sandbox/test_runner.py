@@ -1,0 +1,190 @@
+"""End-to-end evaluations on the CPU at the problems' small sizes: each fixture gets its verdict.
+
+Every failure class has a fixture that must be caught and an honest twin that must pass.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from harness.schema import Tolerance
+from harness.verdicts import Verdict
+
+
+def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixture):
+    r = run_fixture("level2/75", "l75_pytorch_correct.py")
+    assert r.verdict == Verdict.passed, r.message
+    o = r.observations
+    assert len(o.trials) == 5
+    for t in o.trials:
+        (out,) = t.outputs
+        assert out.got_shape == [1, 256, 128, 1] and out.max_abs_err is not None and out.max_abs_err <= 1e-4
+        assert out.err_vs_fp64 is not None and out.ref_err_vs_fp64 is not None
+    assert o.determinism is not None and o.determinism.bitwise_equal
+    assert o.candidate_timing is not None and o.candidate_timing.clock == "perf_counter"
+    assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
+    assert r.speedup_vs_eager == pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
+    assert o.state_dict is not None and set(o.state_dict.copied) == {
+        "gemm.weight", "gemm.bias", "group_norm.weight", "group_norm.bias", "bias"}
+    p = r.provenance
+    assert p is not None and p.device == "cpu" and p.torch_version and p.harness_version
+    assert r.problem.id == "gemm-groupnorm-min-biasadd" and r.problem.size == "small"
+
+
+def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture, settings):
+    first = run_fixture("level2/30", "l30_cpp_correct.py", timing=False)
+    assert first.verdict == Verdict.passed, first.message + first.log_excerpt
+    sos = list((settings.data_dir / "builds").glob("*/kh_test_hardtanh/*.so"))
+    assert len(sos) == 1
+    built_at = sos[0].stat().st_mtime_ns
+    t0 = time.monotonic()
+    second = run_fixture("level2/30", "l30_cpp_correct.py", timing=False)
+    assert second.verdict == Verdict.passed
+    assert sos[0].stat().st_mtime_ns == built_at, "an identical source was rebuilt"
+    assert time.monotonic() - t0 < 30
+
+
+def test_cpp_that_does_not_compile_is_compile_error_with_the_compilers_message(run_fixture):
+    r = run_fixture("level2/30", "l30_cpp_broken.py")
+    assert r.verdict == Verdict.compile_error
+    assert "undeclared_factor" in r.message and "error" in r.message
+    assert "undeclared_factor" in r.log_excerpt
+
+
+@pytest.mark.parametrize("name, got", [("l75_shape_b1.py", "(128, 1)"), ("l75_shape_bc.py", "(128, 256)")])
+def test_level2_75_broadcast_traps_are_shape_mismatch_naming_both_shapes(run_fixture, name, got):
+    r = run_fixture("level2/75", name)
+    assert r.verdict == Verdict.shape_mismatch
+    assert got in r.message and "(1, 256, 128, 1)" in r.message
+
+
+def test_groupnorm_statistics_across_the_batch_is_wrong_answer_with_max_error(run_fixture):
+    r = run_fixture("level2/62", "l62_groupnorm_across_batch.py")
+    assert r.verdict == Verdict.wrong_answer
+    assert "max abs err" in r.message and "max abs err" in r.log_excerpt
+    assert r.observations.trials[0].outputs[0].max_abs_err > 1e-2
+
+
+def test_affine_parameters_recreated_with_randn_under_new_names_is_wrong_answer(run_fixture):
+    r = run_fixture("level2/88", "l88_randn_affine_renamed.py")
+    assert r.verdict == Verdict.wrong_answer
+    assert {"gn_gamma", "gn_beta"} <= set(r.observations.state_dict.not_copied)
+
+
+def test_the_same_randn_parameters_under_the_reference_names_pass_thanks_to_the_state_dict_copy(run_fixture):
+    r = run_fixture("level2/88", "l88_randn_affine_named.py", timing=False)
+    assert r.verdict == Verdict.passed, r.message
+    assert {"group_norm.weight", "group_norm.bias"} <= set(r.observations.state_dict.copied)
+
+
+def test_guessed_hardtanh_range_is_wrong_answer(run_fixture):
+    assert run_fixture("level2/30", "l30_guessed_hardtanh.py", timing=False).verdict == Verdict.wrong_answer
+
+
+def test_honest_twin_of_the_failure_fixtures_passes(run_fixture):
+    r = run_fixture("level2/30", "l30_pytorch_correct.py")
+    assert r.verdict == Verdict.passed, r.message
+
+
+def _no_process_matching(pattern: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return out.stdout.strip() == ""
+
+
+def test_infinite_loop_at_import_is_timeout_within_the_limit(run_fixture):
+    t0 = time.monotonic()
+    r = run_fixture("level2/30", "l30_hang_import.py", compile_timeout_s=8)
+    elapsed = time.monotonic() - t0
+    assert r.verdict == Verdict.timeout and "compile phase" in r.message
+    assert elapsed < 8 + 15, elapsed  # limit + grace + process start-up
+
+
+def test_infinite_loop_in_forward_is_timeout_and_the_whole_process_group_is_killed(run_fixture):
+    t0 = time.monotonic()
+    r = run_fixture("level2/30", "l30_hang_forward.py", run_timeout_s=5)
+    assert r.verdict == Verdict.timeout and "correctness phase" in r.message
+    assert time.monotonic() - t0 < 5 + 20
+    assert _no_process_matching("sleep 1000"), "a grandchild survived the kill"
+
+
+def test_os_exit_0_at_import_is_crashed_never_passed(run_fixture):
+    r = run_fixture("level2/30", "l30_exit0_import.py")
+    assert r.verdict == Verdict.crashed
+    assert "code 0" in r.message and "compile phase" in r.message
+
+
+def test_sys_exit_in_forward_is_crashed(run_fixture):
+    r = run_fixture("level2/30", "l30_sysexit_forward.py")
+    assert r.verdict == Verdict.crashed and "sys.exit(0)" in r.message
+
+
+def test_segfault_is_crashed_with_the_signal(run_fixture):
+    r = run_fixture("level2/30", "l30_segfault.py")
+    assert r.verdict == Verdict.crashed
+    assert "killed by SIGSEGV" in r.message or "killed by SIGBUS" in r.message, r.message
+
+
+def test_python_exception_in_forward_is_runtime_error_with_traceback(run_fixture):
+    r = run_fixture("level2/30", "l30_raises.py")
+    assert r.verdict == Verdict.runtime_error
+    assert "RuntimeError" in r.message and "correctness trial" in r.message
+    assert "forward" in r.log_excerpt
+
+
+def test_output_with_nan_is_wrong_answer(run_fixture):
+    r = run_fixture("level2/30", "l30_nan.py")
+    assert r.verdict == Verdict.wrong_answer and "NaN/Inf in 1 of" in r.message
+
+
+def test_output_of_the_wrong_dtype_is_dtype_mismatch(run_fixture):
+    r = run_fixture("level2/30", "l30_float64.py")
+    assert r.verdict == Verdict.dtype_mismatch
+    assert "float64" in r.message and "float32" in r.message
+
+
+def test_output_that_changes_on_the_same_inputs_is_nondeterministic(run_fixture):
+    r = run_fixture("level2/30", "l30_drifts_on_rerun.py")
+    assert r.verdict == Verdict.nondeterministic, r.message
+
+
+def test_global_tf32_switch_is_flagged_and_the_reference_is_unaffected(run_fixture):
+    r = run_fixture("level2/30", "l30_tf32_flags.py")
+    assert r.verdict == Verdict.flagged
+    assert [f.check for f in r.flags] == ["global_torch_flags"]
+    changed = {c.name for c in r.observations.flag_changes}
+    assert {"cuda.matmul.allow_tf32", "float32_matmul_precision"} <= changed
+    ref_flags = r.provenance.reference_torch_flags
+    assert ref_flags["cuda.matmul.allow_tf32"] is False and ref_flags["float32_matmul_precision"] == "highest"
+
+
+def test_wrong_constructor_signature_is_invalid_submission(run_fixture):
+    r = run_fixture("level2/30", "l30_wrong_signature.py")
+    assert r.verdict == Verdict.invalid_submission
+    assert "ModelNew.__init__ takes (in_features, out_features)" in r.message
+
+
+def test_raw_reply_is_extracted_and_evaluated(run_fixture):
+    r = run_fixture("level2/30", "l30_reply_two_blocks.md", timing=False)
+    assert r.verdict == Verdict.passed, r.message
+
+
+def test_truncated_seed_reply_gets_invalid_submission_without_starting_a_process(run_fixture):
+    r = run_fixture("level2/75", "../seeds/000_c9a2099a227291ba.txt")
+    assert r.verdict == Verdict.invalid_submission and r.provenance is None
+
+
+def test_stricter_tolerance_at_eval_time_is_recorded(run_fixture):
+    r = run_fixture("level2/30", "l30_pytorch_correct.py", tolerance=Tolerance(atol=1e-6, rtol=1e-6), timing=False)
+    assert r.tolerance.atol == 1e-6 and r.verdict == Verdict.passed
+
+
+def test_scratch_dirs_are_removed_and_logs_kept(run_fixture, settings):
+    r = run_fixture("level2/30", "l30_raises.py")
+    assert list((settings.scratch_dir).iterdir()) == []
+    job = r.job_dir
+    assert job and os.path.exists(os.path.join(job, "candidate.log")) and os.path.exists(
+        os.path.join(job, "result.json"))

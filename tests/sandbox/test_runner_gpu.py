@@ -1,0 +1,61 @@
+"""The CUDA paths: load_inline CUDA builds, CUDA faults, hung kernels, event timing. Marked `gpu`."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.problems import get_registry
+from harness.sandbox.runner import EvalOptions, evaluate
+from harness.verdicts import Verdict
+
+from ..conftest import SUBMISSIONS
+
+pytestmark = pytest.mark.gpu
+
+
+def _run(settings, problem, name, **kw):
+    kw.setdefault("device", "cuda")
+    kw.setdefault("size", "small")
+    return evaluate(get_registry().get(problem), (SUBMISSIONS / name).read_text(), EvalOptions(**kw), settings)
+
+
+def test_cuda_load_inline_kernel_passes_with_event_timing_and_both_baselines(settings):
+    r = _run(settings, "level2/30", "l30_cuda_correct.py", compile_baseline="on")
+    print(f"\n[gpu] {r.verdict.value}: {r.message}")
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    o = r.observations
+    assert o.candidate_timing.clock == "cuda_event" and o.eager_timing.clock == "cuda_event"
+    assert o.compile_timing is not None, o.compile_baseline_error
+    assert r.speedup_vs_eager and r.speedup_vs_compile
+    assert r.provenance.compute_capability and r.provenance.device_name
+
+
+def test_illegal_memory_access_is_crashed_and_the_next_evaluation_is_unaffected(settings):
+    r = _run(settings, "level2/30", "l30_cuda_illegal_access.py", timing=False)
+    print(f"\n[gpu] {r.verdict.value}: {r.message}")
+    assert r.verdict == Verdict.crashed, r.message
+    assert "illegal memory access" in (r.message + r.log_excerpt).lower()
+    after = _run(settings, "level2/30", "l30_pytorch_correct.py", timing=False)
+    assert after.verdict == Verdict.passed, after.message
+
+
+def test_hung_kernel_is_timeout_and_the_next_evaluation_is_unaffected(settings):
+    t0 = time.monotonic()
+    r = _run(settings, "level2/30", "l30_cuda_hung_kernel.py", run_timeout_s=10, timing=False)
+    print(f"\n[gpu] {r.verdict.value}: {r.message} ({time.monotonic() - t0:.1f} s)")
+    assert r.verdict == Verdict.timeout and "correctness phase" in r.message
+    after = _run(settings, "level2/30", "l30_cuda_correct.py", timing=False)
+    assert after.verdict == Verdict.passed, after.message
+
+
+@pytest.mark.parametrize("problem", ["level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"])
+def test_pure_pytorch_reference_copy_passes_at_full_size(settings, problem, tmp_path):
+    """The reference's own forward, renamed ModelNew: must pass at 1e-4 with a speedup near 1."""
+    spec = get_registry().get(problem)
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, source, EvalOptions(device="cuda", size="default", compile_baseline="off"), settings)
+    print(f"\n[gpu] {problem} {r.verdict.value}: {r.message}")
+    assert r.verdict == Verdict.passed, r.message
+    assert 0.8 < r.speedup_vs_eager < 1.25

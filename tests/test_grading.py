@@ -1,0 +1,124 @@
+"""Pure grading: verdicts from stored figures, and re-grading under another tolerance."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.grading import grade, required_atol, within_tolerance
+from harness.schema import (
+    RTOL_GRID,
+    ChildError,
+    ChildExit,
+    Observations,
+    OutputFigures,
+    TimingStats,
+    Tolerance,
+    TrialFigures,
+)
+from harness.verdicts import Phase, Verdict, classify_exception
+
+
+def _figures(pairs: list[tuple[float, float]], **extra) -> OutputFigures:
+    """Figures the judge would record for elementwise (got, expected) pairs."""
+    diffs = [abs(a - b) for a, b in pairs]
+    worst = max(range(len(pairs)), key=lambda i: diffs[i] / (1 + abs(pairs[i][1])))
+    return OutputFigures(
+        index=0, got_type="Tensor", got_shape=[len(pairs)], got_dtype="float32", expected_shape=[len(pairs)],
+        expected_dtype="float32", nonfinite_mismatches=0, numel=len(pairs), max_abs_err=max(diffs),
+        max_rel_err=max(d / (1 + abs(b)) for d, (_, b) in zip(diffs, pairs, strict=True)),
+        min_atol_at_rtol={f"{r:g}": max(max(d - r * abs(b), 0.0) for d, (_, b) in zip(diffs, pairs, strict=True))
+                          for r in RTOL_GRID},
+        worst_index=[worst], worst_got=pairs[worst][0], worst_expected=pairs[worst][1], **extra,
+    )
+
+
+def _allclose(pairs, tol: Tolerance) -> bool:
+    return all(abs(a - b) <= tol.atol + tol.rtol * abs(b) for a, b in pairs)
+
+
+def _obs(fig: OutputFigures, **kw) -> Observations:
+    return Observations(candidate_exit=ChildExit(finished=True), trials_expected=1,
+                        trials=[TrialFigures(trial=0, outputs=[fig])], **kw)
+
+
+def test_regrading_with_a_looser_tolerance_turns_wrong_answer_into_passed():
+    obs = _obs(_figures([(1.0, 1.0 + 5e-3), (2.0, 2.0)]))
+    assert grade(obs, Tolerance(atol=1e-4, rtol=1e-4)).verdict == Verdict.wrong_answer
+    assert grade(obs, Tolerance(atol=1e-2, rtol=1e-2)).verdict == Verdict.passed
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stored_figures_never_pass_what_allclose_fails(seed):
+    rng = random.Random(seed)
+    pairs = [(b + rng.gauss(0, 10 ** rng.uniform(-6, -2)), b) for b in (rng.uniform(-50, 50) for _ in range(200))]
+    fig = _figures(pairs)
+    for _ in range(50):
+        tol = Tolerance(atol=10 ** rng.uniform(-6, -1), rtol=rng.choice([0.0, 10 ** rng.uniform(-6, -1)]))
+        if within_tolerance(fig, tol):
+            assert _allclose(pairs, tol), tol
+        if tol.atol == tol.rtol or f"{tol.rtol:g}" in fig.min_atol_at_rtol:
+            assert within_tolerance(fig, tol) == _allclose(pairs, tol)  # exact on the grid and on atol == rtol
+
+
+def test_required_atol_is_exact_on_the_grid():
+    pairs = [(1.0, 1.001), (10.0, 10.05)]
+    fig = _figures(pairs)
+    assert required_atol(fig, 1e-3) == pytest.approx(max(0.001 - 1e-3 * 1.001, 0.05 - 1e-3 * 10.05))
+
+
+def test_nan_where_the_reference_is_finite_fails_at_any_tolerance():
+    fig = _figures([(1.0, 1.0)]).model_copy(update={"nonfinite_mismatches": 1})
+    assert grade(_obs(fig), Tolerance(atol=1.0, rtol=1.0)).verdict == Verdict.wrong_answer
+
+
+def test_lower_precision_than_the_reference_is_flagged_but_passes_a_loose_tolerance():
+    fig = _figures([(1.0, 1.0 + 3e-4)], err_vs_fp64=3e-4, ref_err_vs_fp64=1e-7)
+    g = grade(_obs(fig), Tolerance(atol=1e-2, rtol=1e-2))
+    assert g.verdict == Verdict.passed
+    assert [f.check for f in g.flags] == ["precision_below_fp32"]
+
+
+def test_speedups_come_from_medians():
+    def stats(ms):
+        return TimingStats(clock="cuda_event", n=3, median_ms=ms, mean_ms=ms, min_ms=ms, max_ms=ms, std_ms=0.0)
+
+    obs = _obs(_figures([(1.0, 1.0)]), candidate_timing=stats(2.0), eager_timing=stats(3.0),
+               compile_timing=stats(2.5))
+    g = grade(obs, Tolerance(atol=1e-4, rtol=1e-4))
+    assert g.speedup_vs_eager == pytest.approx(1.5) and g.speedup_vs_compile == pytest.approx(1.25)
+
+
+def test_early_clean_exit_is_crashed_and_timeouts_name_their_phase():
+    exited = Observations(candidate_exit=ChildExit(returncode=0, finished=False, phase=Phase.compile))
+    assert grade(exited, Tolerance(atol=1e-4, rtol=1e-4)).verdict == Verdict.crashed
+    hung = Observations(candidate_exit=ChildExit(timed_out=True, deadline_s=5, phase=Phase.timing))
+    g = grade(hung, Tolerance(atol=1e-4, rtol=1e-4))
+    assert g.verdict == Verdict.timeout and "timing phase" in g.message and "5 s" in g.message
+
+
+def test_infra_failure_is_never_the_submissions_fault():
+    g = grade(Observations(reference_error="trusted process died"), Tolerance(atol=1e-4, rtol=1e-4))
+    assert g.verdict == Verdict.infra_error and not g.verdict.is_submission_fault
+
+
+@pytest.mark.parametrize("phase, exc, msg, verdict", [
+    (Phase.correctness, "RuntimeError", "CUDA error: an illegal memory access was encountered", Verdict.crashed),
+    (Phase.correctness, "AcceleratorError", "CUDA error: unspecified launch failure", Verdict.crashed),
+    (Phase.compile, "RuntimeError", "Error building extension 'x': nvcc error", Verdict.compile_error),
+    (Phase.correctness, "RuntimeError", "Error building extension 'x'", Verdict.runtime_error),
+    (Phase.correctness, "SystemExit", "the submission called sys.exit(0)", Verdict.crashed),
+    (Phase.correctness, "ValueError", "bad shape", Verdict.runtime_error),
+])
+def test_the_one_exception_classifier(phase, exc, msg, verdict):
+    assert classify_exception(phase, exc, msg) == verdict
+
+
+def test_compile_error_message_quotes_the_first_compiler_error():
+    err = ChildError(phase=Phase.compile, exc_type="RuntimeError", message=(
+        "Error building extension 'k': [1/2] nvcc -c k.cu\nk.cu(12): error: identifier \"foo\" is undefined\n"
+        "1 error detected\nninja: build stopped: subcommand failed."))
+    g = grade(Observations(candidate_error=err), Tolerance(atol=1e-4, rtol=1e-4))
+    assert g.verdict == Verdict.compile_error
+    assert g.message == 'compilation failed: k.cu(12): error: identifier "foo" is undefined'
