@@ -5,6 +5,7 @@ Re-grading a stored result under another tolerance is `grade(result.observations
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -39,7 +40,7 @@ def required_atol(fig: OutputFigures, rtol: float) -> float:
     points = [(r, table[f"{r:g}"]) for r in RTOL_GRID if f"{r:g}" in table]
     if not points:
         return float("inf")
-    for (r0, a0), (r1, a1) in zip(points, points[1:], strict=False):
+    for (r0, a0), (r1, a1) in itertools.pairwise(points):
         if r0 <= rtol <= r1:
             return a0 + (a1 - a0) * (rtol - r0) / (r1 - r0) if r1 > r0 else a0
     return points[-1][1] if rtol > points[-1][0] else points[0][1]
@@ -102,10 +103,7 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
         return Grade(Verdict.timeout, f"the {ex.phase.value} phase exceeded its {limit}limit; the process group "
                      "was killed", _tail(obs.log_tail))
     if ex is not None and not ex.finished:
-        if ex.signal:
-            how = f"killed by {ex.signal}"
-        else:
-            how = f"exited with code {ex.returncode} before finishing"
+        how = f"killed by {ex.signal}" if ex.signal else f"exited with code {ex.returncode} before finishing"
         return Grade(Verdict.crashed, f"the candidate's process {how} during the {ex.phase.value} phase",
                      _tail(obs.log_tail))
     if obs.flag_changes:

@@ -47,7 +47,8 @@ def eval_command(
     tolerance = V01_TOLERANCE if v01 else None
     if atol is not None or rtol is not None:
         base = tolerance or spec.tolerance
-        tolerance = Tolerance(atol=atol if atol is not None else base.atol, rtol=rtol if rtol is not None else base.rtol)
+        tolerance = Tolerance(atol=atol if atol is not None else base.atol,
+                              rtol=rtol if rtol is not None else base.rtol)
     text = submission.read_bytes().decode("utf-8", errors="replace")
     typer.echo(f"evaluating {submission} against {spec.id} ...", err=True)
     result = evaluate(spec, text, EvalOptions(device=device, size=size, tolerance=tolerance, trials=trials,
@@ -69,7 +70,8 @@ def _ms(stats) -> str:
 def render(r: EvalResult) -> str:
     p, o = r.provenance, r.observations
     lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
-             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'}), size {r.problem.size}",
+             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'}), "
+             f"size {r.problem.size}",
              f"tolerance:  {r.tolerance}"]
     if p is not None:
         lines.append(f"device:     {p.device} {p.device_name}"

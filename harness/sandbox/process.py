@@ -7,6 +7,7 @@ pipe whose write end is the only extra fd it inherits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -135,10 +136,8 @@ class ChildProcess:
             try:
                 self.proc.wait(timeout=wait_s)
                 # The leader is gone; SIGKILL stragglers left in its group (ninja, nvcc, forks).
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
                 break
             except subprocess.TimeoutExpired:
                 continue
@@ -153,10 +152,8 @@ class ChildProcess:
         """Always called: no zombies, no open fds, no process group left behind."""
         self.kill()
         if self.proc.stdin:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-            except OSError:
-                pass
         self._reader.join(timeout=5)
         self._log.close()
 

@@ -92,7 +92,8 @@ class _Trusted:
                 if msg.event == "failed":
                     raise _TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))
         except Deadline:
-            raise _TrustedFailed(f"no answer to {command.get('cmd')!r} within {timeout_s or self.timeout_s:g} s") from None
+            limit = timeout_s or self.timeout_s
+            raise _TrustedFailed(f"no answer to {command.get('cmd')!r} within {limit:g} s") from None
         except ChildExited:
             code = self.proc.wait_exit(5)
             raise _TrustedFailed(

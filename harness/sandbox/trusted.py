@@ -159,7 +159,8 @@ class Trusted:
         if wrong_device:
             return {"structure_error": f"the output lives on {', '.join(sorted(wrong_device))}, "
                                        f"the reference's on {self.device.type}"}
-        outputs = [self._compare(k, g, e, t, cmd) for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list))]
+        outputs = [self._compare(k, g, e, t, cmd)
+                   for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True))]
         return {"outputs": outputs}
 
     def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor, cmd: JudgeCommand) -> dict:

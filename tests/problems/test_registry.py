@@ -48,7 +48,8 @@ def test_unknown_problem_suggests_near_names():
 def test_external_kernelbench_folder_is_loaded_without_importing(tmp_path: Path):
     level = tmp_path / "level2"
     level.mkdir()
-    (level / "99_Foo_Bar.py").write_text("raise SystemExit('imported!')\nclass Model:\n    def __init__(self, a, b): pass\n")
+    (level / "99_Foo_Bar.py").write_text(
+        "raise SystemExit('imported!')\nclass Model:\n    def __init__(self, a, b): pass\n")
     (level / "notes.txt").write_text("ignored")
     for root in (tmp_path, level):  # the suite's root or one level's folder
         specs = load_kernelbench_dir(root)
