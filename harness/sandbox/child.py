@@ -130,14 +130,29 @@ def run(req: CandidateRequest, chan: Channel) -> None:
                   traceback=traceback.format_exc()[-20000:])
 
 
+def compile_only(path: Path, chan: Channel) -> None:
+    t0 = time.perf_counter()
+    try:
+        import_submission(path)
+        chan.send("imported", seconds=time.perf_counter() - t0)
+    except BaseException as e:
+        chan.send("error", phase=Phase.compile.value, exc_type=type(e).__name__, message=str(e)[:20000],
+                  traceback=traceback.format_exc()[-20000:])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--channel-fd", type=int, required=True)
-    parser.add_argument("--request", type=Path, required=True)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--request", type=Path, help="evaluate: a CandidateRequest JSON file")
+    mode.add_argument("--compile-only", type=Path, metavar="SUBMISSION",
+                      help="import the submission (running its load_inline builds) and stop")
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
-    req = CandidateRequest.model_validate_json(args.request.read_text())
-    run(req, chan)
+    if args.compile_only is not None:
+        compile_only(args.compile_only, chan)
+    else:
+        run(CandidateRequest.model_validate_json(args.request.read_text()), chan)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: atexit hooks and finalizers of submission code decide nothing.

@@ -219,6 +219,84 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     return provenance, size
 
 
+def _build_env(source: str, target: Provenance, settings: Settings, home: Path,
+               extra_env: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """The build dir for this source on this target, and the environment a build there needs."""
+    key = artifacts.build_key(source, arch=target.compute_capability or "cpu", torch_version=target.torch_version,
+                              cuda_version=target.cuda_version, python=target.python_version)
+    builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
+    builds.mkdir(exist_ok=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
+    if target.compute_capability:
+        env["TORCH_CUDA_ARCH_LIST"] = target.compute_capability  # build for this GPU only
+    env.update(extra_env)
+    return builds, env
+
+
+def probe_device(device: str = "auto", settings: Settings | None = None,
+                 extra_env: dict[str, str] | None = None) -> Provenance:
+    """What a fresh child sees: device, GPU, torch/CUDA/Python versions. A worker asks once per slot."""
+    settings = settings or get_settings()
+    extra_env = extra_env or {}
+    with artifacts.scratch_dir(settings) as work:
+        proc = ChildProcess("harness.sandbox.trusted", [], cwd=work, env=scrubbed_env(extra_env, work),
+                            log_path=work / "probe.log", kill_grace_s=settings.kill_grace_s)
+        try:
+            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)
+            probed = _Trusted(proc, _PROBE_TIMEOUT_S).call({"cmd": "probe", "device": device}, "probed")
+            return Provenance(started_at=datetime.now(timezone.utc), **probed)
+        except (Deadline, ChildExited) as e:
+            raise RuntimeError(f"probing device {device!r} failed: {e}\n{proc.log_tail()}") from None
+        except _TrustedFailed as e:
+            raise RuntimeError(f"probing device {device!r} failed: {e}") from None
+        finally:
+            with contextlib.suppress(ChildExited):
+                proc.send({"cmd": "exit"})
+            proc.reap()
+
+
+@dataclass
+class PrecompileResult:
+    ok: bool
+    seconds: float
+    log_tail: str
+
+
+def precompile(text: str, target: Provenance, settings: Settings | None = None, *, timeout_s: float = 600.0,
+               extra_env: dict[str, str] | None = None) -> PrecompileResult:
+    """Warm the build cache for a submission on a CPU, ahead of its GPU evaluation.
+
+    Imports the submission (which runs its load_inline builds) in a fresh child that sees no GPU,
+    into the build dir its evaluation on `target` will use. The outcome decides nothing: a
+    submission that needs the GPU at import fails here and simply compiles in its evaluation.
+    """
+    settings = settings or get_settings()
+    t0 = time.monotonic()
+    try:
+        source = extract(text).source
+    except InvalidSubmission as e:
+        return PrecompileResult(False, 0.0, str(e))
+    with artifacts.scratch_dir(settings) as home:
+        builds, env = _build_env(source, target, settings, home, {"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
+        (home / "submission.py").write_text(source)
+        finished = False
+        with artifacts.exclusive_build_dir(builds):
+            proc = ChildProcess("harness.sandbox.child", ["--compile-only", str(home / "submission.py")], cwd=home,
+                                env=scrubbed_env(env, home), log_path=home / "precompile.log",
+                                kill_grace_s=settings.kill_grace_s)
+            try:
+                while True:
+                    msg = proc.next_message(proc.started_at + timeout_s)
+                    if msg.event in ("imported", "error"):
+                        finished = msg.event == "imported"
+                        break
+            except (Deadline, ChildExited):
+                pass
+            finally:
+                proc.reap()
+        return PrecompileResult(finished, time.monotonic() - t0, proc.log_tail(4096))
+
+
 def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                    provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
                    timing_cfg: TimingConfig | None, exchange: Path, home: Path, job: Path,
@@ -231,15 +309,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
     )
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
-    arch = provenance.compute_capability or "cpu"
-    key = artifacts.build_key(source, arch=arch, torch_version=provenance.torch_version,
-                              cuda_version=provenance.cuda_version, python=provenance.python_version)
-    builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
-    builds.mkdir(exist_ok=True)
-    env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2))),
-           **options.extra_env}
-    if provenance.compute_capability:
-        env["TORCH_CUDA_ARCH_LIST"] = provenance.compute_capability
+    builds, env = _build_env(source, provenance, settings, home, options.extra_env)
     compile_limit = options.compile_timeout_s or spec.compile_timeout_s
     run_limit = options.run_timeout_s or spec.run_timeout_s
 

@@ -12,6 +12,8 @@ import time
 import pytest
 
 from harness.schema import Tolerance
+
+from ..conftest import SUBMISSIONS
 from harness.verdicts import Verdict
 
 
@@ -188,3 +190,21 @@ def test_scratch_dirs_are_removed_and_logs_kept(run_fixture, settings):
     job = r.job_dir
     assert job and os.path.exists(os.path.join(job, "candidate.log")) and os.path.exists(
         os.path.join(job, "result.json"))
+
+
+def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(settings, run_fixture):
+    from harness.sandbox.runner import precompile, probe_device
+
+    source = (SUBMISSIONS / "l30_cpp_correct.py").read_text().replace("kh_test_hardtanh", "kh_test_precompiled")
+    target = probe_device("cpu", settings)
+    warmed = precompile(source, target, settings)
+    assert warmed.ok, warmed.log_tail
+    (so,) = (settings.data_dir / "builds").glob("*/kh_test_precompiled/*.so")
+    built_at = so.stat().st_mtime_ns
+    from harness.problems import get_registry
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    r = evaluate(get_registry().get("level2/30"), source, EvalOptions(device="cpu", size="small", timing=False),
+                 settings)
+    assert r.verdict == Verdict.passed and so.stat().st_mtime_ns == built_at
+    assert not precompile((SUBMISSIONS / "l30_cpp_broken.py").read_text(), target, settings).ok
