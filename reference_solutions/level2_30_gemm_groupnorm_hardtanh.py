@@ -279,7 +279,8 @@ void check_channel_param(const torch::Tensor& t, const char* name, const torch::
 // ---- host entry point ----
 
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             double hardtanh_min, double hardtanh_max, int64_t num_groups, double eps) {
+                             double hardtanh_min, double hardtanh_max,
+                             int64_t num_groups, double eps) {
   check_input(x, "x");
   TORCH_CHECK(x.dim() == 2, "fused_epilogue: x must be 2-D (batch, features), got ", x.dim(), "-D");
   const int64_t N = x.size(0);
@@ -305,7 +306,8 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
 cpp_source = r"""
 #include <torch/extension.h>
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             double hardtanh_min, double hardtanh_max, int64_t num_groups, double eps);
+                             double hardtanh_min, double hardtanh_max,
+                             int64_t num_groups, double eps);
 """
 
 _ext = load_inline(

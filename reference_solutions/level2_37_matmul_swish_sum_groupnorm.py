@@ -1,6 +1,7 @@
 # Gold reference solution: KernelBench level2/37 Matmul_Swish_Sum_GroupNorm.
 #
-# Design: matmul (cuBLAS addmm) -> [sigmoid(x) * x -> + bias -> GroupNorm] in one CUDA kernel (the activation comes before the statistics).
+# Design: matmul (cuBLAS addmm) -> [sigmoid(x) * x -> + bias -> GroupNorm] in one CUDA kernel (the
+# activation comes before the statistics).
 # The GEMM stays fp32-exact: torch.addmm(linear.bias, x, weight.t()) is the very call nn.Linear makes,
 # so its output is bit-identical to the reference's (no TF32, torch.backends untouched). The fused
 # kernel reads the GEMM output once (16-byte float4 loads) and writes the result once; each group's
@@ -280,7 +281,8 @@ void check_channel_param(const torch::Tensor& t, const char* name, const torch::
 // ---- host entry point ----
 
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor bias, int64_t num_groups, double eps) {
+                             torch::Tensor bias,
+                             int64_t num_groups, double eps) {
   check_input(x, "x");
   TORCH_CHECK(x.dim() == 2, "fused_epilogue: x must be 2-D (batch, features), got ", x.dim(), "-D");
   const int64_t N = x.size(0);
@@ -308,7 +310,8 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
 cpp_source = r"""
 #include <torch/extension.h>
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor bias, int64_t num_groups, double eps);
+                             torch::Tensor bias,
+                             int64_t num_groups, double eps);
 """
 
 _ext = load_inline(

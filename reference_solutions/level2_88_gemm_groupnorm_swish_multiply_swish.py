@@ -1,6 +1,7 @@
 # Gold reference solution: KernelBench level2/88 Gemm_GroupNorm_Swish_Multiply_Swish.
 #
-# Design: gemm (cuBLAS addmm) -> [GroupNorm -> x*sigmoid(x) -> * multiply_weight -> x*sigmoid(x)] in one CUDA kernel.
+# Design: gemm (cuBLAS addmm) -> [GroupNorm -> x*sigmoid(x) -> * multiply_weight -> x*sigmoid(x)] in
+# one CUDA kernel.
 # The GEMM stays fp32-exact: torch.addmm(linear.bias, x, weight.t()) is the very call nn.Linear makes,
 # so its output is bit-identical to the reference's (no TF32, torch.backends untouched). The fused
 # kernel reads the GEMM output once (16-byte float4 loads) and writes the result once; each group's
@@ -281,7 +282,8 @@ void check_channel_param(const torch::Tensor& t, const char* name, const torch::
 // ---- host entry point ----
 
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor multiply_weight, int64_t num_groups, double eps) {
+                             torch::Tensor multiply_weight,
+                             int64_t num_groups, double eps) {
   check_input(x, "x");
   TORCH_CHECK(x.dim() == 2, "fused_epilogue: x must be 2-D (batch, features), got ", x.dim(), "-D");
   const int64_t N = x.size(0);
@@ -309,7 +311,8 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
 cpp_source = r"""
 #include <torch/extension.h>
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor multiply_weight, int64_t num_groups, double eps);
+                             torch::Tensor multiply_weight,
+                             int64_t num_groups, double eps);
 """
 
 _ext = load_inline(

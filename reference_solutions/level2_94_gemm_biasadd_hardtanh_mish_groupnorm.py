@@ -1,6 +1,7 @@
 # Gold reference solution: KernelBench level2/94 Gemm_BiasAdd_Hardtanh_Mish_GroupNorm.
 #
-# Design: gemm (cuBLAS addmm) -> [+ bias -> Hardtanh -> Mish -> GroupNorm] in one CUDA kernel (the activations come before the statistics).
+# Design: gemm (cuBLAS addmm) -> [+ bias -> Hardtanh -> Mish -> GroupNorm] in one CUDA kernel (the
+# activations come before the statistics).
 # The GEMM stays fp32-exact: torch.addmm(linear.bias, x, weight.t()) is the very call nn.Linear makes,
 # so its output is bit-identical to the reference's (no TF32, torch.backends untouched). The fused
 # kernel reads the GEMM output once (16-byte float4 loads) and writes the result once; each group's
@@ -288,7 +289,8 @@ void check_channel_param(const torch::Tensor& t, const char* name, const torch::
 // ---- host entry point ----
 
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor bias, double hardtanh_min, double hardtanh_max, int64_t num_groups, double eps) {
+                             torch::Tensor bias, double hardtanh_min, double hardtanh_max,
+                             int64_t num_groups, double eps) {
   check_input(x, "x");
   TORCH_CHECK(x.dim() == 2, "fused_epilogue: x must be 2-D (batch, features), got ", x.dim(), "-D");
   const int64_t N = x.size(0);
@@ -305,7 +307,8 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
   const bool vector_ok = aligned16(x.data_ptr()) && aligned16(y.data_ptr()) &&
                          aligned16(gamma.data_ptr()) && aligned16(beta.data_ptr()) &&
                          aligned16(bias.data_ptr());
-  const Epilogue epi{bias.data_ptr<float>(), static_cast<float>(hardtanh_min), static_cast<float>(hardtanh_max)};
+  const Epilogue epi{bias.data_ptr<float>(), static_cast<float>(hardtanh_min),
+                        static_cast<float>(hardtanh_max)};
   launch_group_norm(x.data_ptr<float>(), y.data_ptr<float>(), gamma.data_ptr<float>(),
                     beta.data_ptr<float>(), epi, N, C, num_groups, static_cast<float>(eps), vector_ok,
                     at::cuda::getCurrentCUDAStream());
@@ -316,7 +319,8 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
 cpp_source = r"""
 #include <torch/extension.h>
 torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor beta,
-                             torch::Tensor bias, double hardtanh_min, double hardtanh_max, int64_t num_groups, double eps);
+                             torch::Tensor bias, double hardtanh_min, double hardtanh_max,
+                             int64_t num_groups, double eps);
 """
 
 _ext = load_inline(

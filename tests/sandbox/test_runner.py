@@ -12,9 +12,9 @@ import time
 import pytest
 
 from harness.schema import Tolerance
+from harness.verdicts import Verdict
 
 from ..conftest import SUBMISSIONS
-from harness.verdicts import Verdict
 
 
 def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixture):
