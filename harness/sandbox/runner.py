@@ -11,9 +11,11 @@ The parent owns every deadline, kills whole process groups, and grades from the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -119,10 +121,13 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     except InvalidSubmission as e:
         sub = None
         obs.static_error = str(e)
-    sha = sub.sha256 if sub else artifacts.build_key(text, arch="", torch_version="", cuda_version="", python="")
+    sha = sub.sha256 if sub else hashlib.sha256(text.encode(errors="replace")).hexdigest()
 
     if sub is not None:
-        provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
+        try:
+            provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
+        except Exception as e:  # the harness's own failure (disk full, a bug): a verdict, never a lost job
+            obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     if size == "auto":
         size = "default"
 
@@ -187,6 +192,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                                                   else settings.timed_calls_cpu),
                     seed=timing_seed,
                 )
+
             def judge() -> bool:
                 """Judge the saved outputs; True when the candidate has earned its timing run."""
                 judged = trusted.call(JudgeCommand(outputs_dir=cand_home / "outputs", atol=tolerance.atol,

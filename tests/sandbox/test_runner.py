@@ -208,3 +208,16 @@ def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(sett
                  settings)
     assert r.verdict == Verdict.passed and so.stat().st_mtime_ns == built_at
     assert not precompile((SUBMISSIONS / "l30_cpp_broken.py").read_text(), target, settings).ok
+
+
+def test_a_broken_problem_file_is_infra_error_not_the_submissions_fault(settings, tmp_path):
+    from harness.problems import load_kernelbench_dir
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    level = tmp_path / "level2"
+    level.mkdir()
+    (level / "1_Broken.py").write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")  # no get_inputs
+    (spec,) = load_kernelbench_dir(level)
+    r = evaluate(spec, (SUBMISSIONS / "l30_pytorch_correct.py").read_text(), EvalOptions(device="cpu"), settings)
+    assert r.verdict == Verdict.infra_error and not r.verdict.is_submission_fault
+    assert "get_inputs" in r.message + r.log_excerpt
