@@ -116,6 +116,12 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
         g = _grade_trial(trial.trial, trial.structure_error, trial.outputs, tol)
         if g is not None:
             return g
+    timed = obs.timed_outputs
+    if timed is not None and (timed.reported != timed.expected or timed.mismatches):
+        detail = "; ".join(timed.mismatches) or (
+            f"the candidate reported {timed.reported} output fingerprints for {timed.expected} timed calls")
+        return Grade(Verdict.flagged, "outputs of timed calls differ from the reference: the fast path that was timed "
+                     "is not the one that was checked", detail, flags=[Flag(check="timed_outputs", detail=detail)])
     det = obs.determinism
     if det is not None and not det.bitwise_equal and (det.max_rel_diff is None or det.max_rel_diff > tol.atol):
         diff = "different structure" if det.max_rel_diff is None else f"max |o1-o2|/(1+|o2|) = {det.max_rel_diff:.3g}"

@@ -105,6 +105,15 @@ class FlagChange(BaseModel):
     when: Literal["import", "construct", "run"]
 
 
+class TimedOutputCheck(BaseModel):
+    """Outputs of timed calls, checked by fingerprint against the reference on the same inputs."""
+
+    reported: int  # fingerprints the candidate sent (one per timed call expected)
+    expected: int
+    checked: list[int] = Field(default_factory=list)  # call indices chosen by the parent after the calls
+    mismatches: list[str] = Field(default_factory=list)
+
+
 class StateDictCopy(BaseModel):
     copied: list[str] = Field(default_factory=list)
     not_copied: list[str] = Field(default_factory=list)  # candidate keys with no same-name/shape twin
@@ -122,6 +131,7 @@ class Observations(BaseModel):
     trials: list[TrialFigures] = Field(default_factory=list)
     determinism: DeterminismFigures | None = None
     candidate_timing: TimingStats | None = None
+    timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None
     compile_timing: TimingStats | None = None
     compile_baseline_error: str | None = None

@@ -53,6 +53,17 @@ class TimeReferenceCommand(BaseModel):
     compile_baseline: bool
 
 
+class CheckTimedCommand(BaseModel):
+    """Recompute the reference on the inputs of some timed calls and compare output fingerprints."""
+
+    cmd: Literal["check_timed"] = "check_timed"
+    timing_seed: int
+    indices: list[int]
+    fingerprints: list[Any]  # the candidate's, one per index
+    atol: float
+    rtol: float
+
+
 class CandidateRequest(BaseModel):
     submission_path: Path
     problem: ProblemLoad

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import random
 import secrets
 import time
 import traceback
@@ -30,6 +31,7 @@ from harness.problems.spec import ProblemSpec
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
 from harness.sandbox.protocol import (
     CandidateRequest,
+    CheckTimedCommand,
     JudgeCommand,
     PrepareCommand,
     ProblemLoad,
@@ -46,6 +48,7 @@ from harness.schema import (
     ProblemRef,
     Provenance,
     StateDictCopy,
+    TimedOutputCheck,
     TimingStats,
     Tolerance,
     TrialFigures,
@@ -54,6 +57,7 @@ from harness.submission import InvalidSubmission, check_constructor, extract
 from harness.verdicts import Phase, Verdict
 
 _PROBE_TIMEOUT_S = 120.0
+_TIMED_CHECKS = 10  # timed calls whose outputs are re-checked, chosen at random after the calls
 
 
 @dataclass
@@ -202,8 +206,18 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
                 return timing_cfg is not None and grading.grade(obs, tolerance).verdict == Verdict.passed
 
-            _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials, timing_cfg,
-                           exchange, cand_home, job, obs, judge)
+            timed_prints = _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials,
+                                          timing_cfg, exchange, cand_home, job, obs, judge)
+            check = obs.timed_outputs
+            if check is not None and check.reported == check.expected and \
+                    grading.grade(obs, tolerance).verdict == Verdict.passed:
+                # Which timed calls are checked is decided only now, after they all ran.
+                check.checked = sorted(random.sample(range(check.expected), min(_TIMED_CHECKS, check.expected)))
+                checked = trusted.call(CheckTimedCommand(
+                    timing_seed=timing_seed, indices=check.checked,
+                    fingerprints=[timed_prints[i] for i in check.checked], atol=tolerance.atol, rtol=tolerance.rtol,
+                ).model_dump(mode="json"), "timed_checked")
+                check.mismatches = list(checked["mismatches"])
             # Time the reference only for a candidate that passed and was timed: most submissions are not.
             if timing_cfg is not None and obs.candidate_timing is not None and \
                     grading.grade(obs, tolerance).verdict == Verdict.passed:
@@ -306,7 +320,8 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
 def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                    provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
                    timing_cfg: TimingConfig | None, exchange: Path, home: Path, job: Path,
-                   obs: Observations, judge: Callable[[], bool]) -> None:
+                   obs: Observations, judge: Callable[[], bool]) -> list[Any]:
+    """Run the candidate's process; fill `obs`. Returns the fingerprints of its timed calls' outputs."""
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(
@@ -320,6 +335,8 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
     run_limit = options.run_timeout_s or spec.run_timeout_s
 
     exit_info = ChildExit(phase=Phase.compile, deadline_s=compile_limit)
+    timed_prints: list[Any] = []
+    channel_closed = False
     with contextlib.ExitStack() as build_lock:
         build_lock.enter_context(artifacts.exclusive_build_dir(builds))
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
@@ -334,6 +351,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     exit_info.timed_out = True
                     break
                 except ChildExited:
+                    channel_closed = True
                     break
                 f = msg.fields
                 if msg.event == "constructed":
@@ -355,6 +373,8 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     obs.flag_changes.append(FlagChange.model_validate(f))
                 elif msg.event == "timing":
                     obs.candidate_timing = TimingStats.model_validate(f)
+                elif msg.event == "timed_outputs":
+                    timed_prints.extend(f.get("fingerprints") or [])
                 elif msg.event == "invalid":
                     obs.static_error = str(f.get("message", "ModelNew cannot be constructed"))
                     exit_info.finished = True
@@ -370,14 +390,19 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
             obs.candidate_error = ChildError(phase=exit_info.phase, exc_type="ProtocolError",
                                              message=f"malformed message from the candidate's process: {e}")
         finally:
-            if exit_info.finished:
+            if exit_info.finished or channel_closed:
+                # The pipe closes a moment before the process is reapable: let it end on its own.
                 proc.wait_exit(settings.kill_grace_s + 10)
             proc.kill()
             code = proc.proc.returncode
             exit_info.returncode = code
             exit_info.signal = None if exit_info.finished else describe_returncode(code)
             if proc.killed_by_parent and not exit_info.timed_out and not exit_info.finished:
-                exit_info.signal = exit_info.signal or "SIGKILL"
+                exit_info.signal = f"{exit_info.signal or 'a signal'} from the harness (it closed its channel " \
+                                   "but did not exit)"
             proc.reap()
     obs.candidate_exit = exit_info
     obs.log_tail = proc.log_tail()
+    if timing_cfg is not None and obs.candidate_timing is not None:
+        obs.timed_outputs = TimedOutputCheck(reported=len(timed_prints), expected=timing_cfg.calls)
+    return timed_prints

@@ -41,22 +41,36 @@ def time_calls(
     warmup: int,
     calls: int,
     flush_l2: bool = True,
+    fingerprints: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """Median-based statistics of `fn(*make_inputs(i))`, in milliseconds."""
+    """Median-based statistics of `fn(*make_inputs(i))`, in milliseconds.
+
+    With `fingerprints`, the fingerprint of each timed call's output is appended to it (computed
+    after the clock stopped), so the outputs of timed calls can be checked too.
+    """
     with torch.no_grad():
         for i in range(warmup):
             fn(*make_inputs(-1 - i))
             synchronize(device)
-        if device.type == "cuda":
-            samples = _time_cuda(fn, make_inputs, device, calls, flush_l2)
-            overhead = _time_cuda(lambda *a: None, make_inputs, device, min(calls, 20), flush_l2)
-            return _stats(samples, "cuda_event", statistics.median(overhead))
-        samples = _time_cpu(fn, make_inputs, calls)
-        overhead = _time_cpu(lambda *a: None, make_inputs, min(calls, 20))
-        return _stats(samples, "perf_counter", statistics.median(overhead))
+        timer = _time_cuda if device.type == "cuda" else _time_cpu
+        samples = timer(fn, make_inputs, device, calls, flush_l2, fingerprints)
+        overhead = timer(lambda *a: None, make_inputs, device, min(calls, 20), flush_l2, None)
+        return _stats(samples, "cuda_event" if device.type == "cuda" else "perf_counter", statistics.median(overhead))
 
 
-def _time_cuda(fn, make_inputs, device, calls, flush_l2) -> list[float]:
+def fingerprint(out: Any) -> list[list[float]] | None:
+    """Sum and sum of magnitudes of each output tensor, in float64.
+
+    If an output passes allclose(atol, rtol) then |sum(a) - sum(b)| and |sum|a| - sum|b|| are both at
+    most atol*n + rtol*sum|b|: a sound test of timed outputs that an honest kernel cannot fail.
+    """
+    outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if outs is None or not all(isinstance(o, torch.Tensor) for o in outs):
+        return None
+    return [[float(o.double().sum()), float(o.double().abs().sum()), float(o.numel())] for o in outs]
+
+
+def _time_cuda(fn, make_inputs, device, calls, flush_l2, fingerprints) -> list[float]:
     flush = None
     if flush_l2:
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -69,19 +83,25 @@ def _time_cuda(fn, make_inputs, device, calls, flush_l2) -> list[float]:
         _cuda_sync(device)
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         start.record()
-        fn(*inputs)
+        out = fn(*inputs)
         _cuda_sync(device)
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end))
+        if fingerprints is not None:
+            fingerprints.append(fingerprint(out))
+        del out
     return samples
 
 
-def _time_cpu(fn, make_inputs, calls) -> list[float]:
+def _time_cpu(fn, make_inputs, device, calls, flush_l2, fingerprints) -> list[float]:
     samples = []
     for i in range(calls):
         inputs = make_inputs(i)
         t0 = _perf_counter_ns()
-        fn(*inputs)
+        out = fn(*inputs)
         samples.append((_perf_counter_ns() - t0) / 1e6)
+        if fingerprints is not None:
+            fingerprints.append(fingerprint(out))
+        del out
     return samples

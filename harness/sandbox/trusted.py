@@ -25,6 +25,7 @@ import harness
 from harness.sandbox import problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     Channel,
+    CheckTimedCommand,
     JudgeCommand,
     PrepareCommand,
     TimeReferenceCommand,
@@ -81,6 +82,24 @@ def _double(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_double(o) for o in obj)
     return obj
+
+
+def _fingerprint_mismatch(got: Any, want: list[list[float]] | None, atol: float, rtol: float) -> str | None:
+    """Why the candidate's fingerprint cannot come from an output within tolerance, or None."""
+    if want is None:
+        return None
+    if not isinstance(got, list) or len(got) != len(want):
+        return f"fingerprint {str(got)[:80]} does not match the reference's structure"
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        if not (isinstance(g, list) and len(g) == 3 and all(isinstance(v, (int, float)) for v in g)):
+            return f"output {k}: malformed fingerprint"
+        s, a, n = (float(v) for v in g)
+        ws, wa, wn = w
+        bound = atol * wn + rtol * wa + 1e-9 * wa  # allclose summed over elements, plus float64 summation slack
+        if n != wn or not (abs(s - ws) <= bound and abs(a - wa) <= bound):
+            return (f"output {k}: sum {s:.6g} / sum|x| {a:.6g} over {n:g} elements, the reference's {ws:.6g} / "
+                    f"{wa:.6g} over {wn:g} (allowed difference {bound:.3g})")
+    return None
 
 
 class Trusted:
@@ -228,6 +247,18 @@ class Trusted:
                 worst = max(worst, float(((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max()))
         return {"bitwise_equal": equal, "max_rel_diff": worst}
 
+    def check_timed(self, cmd: CheckTimedCommand) -> dict[str, Any]:
+        assert self.model is not None
+        mismatches = []
+        with torch.no_grad():
+            for i, got in zip(cmd.indices, cmd.fingerprints, strict=True):
+                inputs = problem_module.seeded_inputs(self.module, cmd.timing_seed + i, self.device)
+                want = timing.fingerprint(self.model(*inputs))
+                problem = _fingerprint_mismatch(got, want, cmd.atol, cmd.rtol)
+                if problem:
+                    mismatches.append(f"timed call {i}: {problem}")
+        return {"mismatches": mismatches}
+
     def time_reference(self, cmd: TimeReferenceCommand) -> dict[str, Any]:
         assert self.model is not None
         module, device = self.module, self.device
@@ -256,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
         "time_reference": (TimeReferenceCommand, trusted.time_reference, "reference_timed"),
+        "check_timed": (CheckTimedCommand, trusted.check_timed, "timed_checked"),
     }
     chan.send("ready")
     for line in sys.stdin:
