@@ -67,3 +67,22 @@ def scratch_dir(settings: Settings) -> Iterator[Path]:
         path = Path(tmp)
         os.chmod(path, 0o700)
         yield path
+
+
+def database_url(settings: Settings) -> str:
+    """The configured SQLAlchemy URL, or the embedded SQLite file in the data dir."""
+    if settings.database_url:
+        return settings.database_url
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{settings.data_dir / 'harness.db'}"
+
+
+def migration_lock_path(settings: Settings) -> Path:
+    """Held while migrations run, so a server and its workers starting together migrate once."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return settings.data_dir / "migrate.lock"
+
+
+def bootstrap_token_path(settings: Settings) -> Path:
+    """Where `harness serve` leaves the first admin token it makes (mode 0600), for the local user."""
+    return settings.data_dir / "admin-token"

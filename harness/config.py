@@ -14,7 +14,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(
         default=Path.home() / ".local" / "share" / "kernelharness",
-        description="Build cache, per-job logs and (later) the SQLite file live here.",
+        description="Build cache, per-job logs and the SQLite file live here.",
     )
     scratch_dir: Path | None = Field(
         default=None,
@@ -43,6 +43,35 @@ class Settings(BaseSettings):
 
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")
+
+    # Service: database
+    database_url: str | None = Field(
+        default=None, description="Any SQLAlchemy URL; unset, the SQLite file <data_dir>/harness.db (WAL mode).",
+    )
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0,
+                                        description="How long a SQLite writer waits for the lock before failing.")
+
+    # Service: API
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    open_mode: bool = Field(
+        default=False, description="Accept submissions without a token (local single-user use; loopback only). "
+        "Re-evaluation and deletion still need an admin token.",
+    )
+    max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Larger request bodies get 413.")
+    max_queued_per_token: int = Field(default=100, ge=1,
+                                      description="Unfinished submissions one token may have; admins are exempt.")
+
+    # Service: queue and workers
+    lease_s: float = Field(default=120.0, gt=0,
+                           description="A claimed job whose worker sends no heartbeat for this long is requeued.")
+    max_attempts: int = Field(default=3, ge=1, description="Evaluations of one job before infra_error is final.")
+    retry_delay_s: float = Field(default=10.0, ge=0, description="Wait before retrying a job after an infra_error.")
+    worker_poll_s: float = Field(default=1.0, gt=0, description="How often an idle worker looks for jobs.")
+    compile_workers: int | None = Field(
+        default=None, ge=0, description="Threads precompiling queued submissions ahead of the GPU slots; "
+        "unset: half the CPU cores (up to 8) on a GPU worker, 0 on a CPU-only one.",
+    )
 
 
 @lru_cache(maxsize=1)

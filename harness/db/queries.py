@@ -1,0 +1,170 @@
+"""Reads. Nothing here writes or commits (that is `crud`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from pydantic import BaseModel
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from harness.db.crud import hash_token
+from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow, utcnow
+
+
+def find_token(session: Session, secret: str) -> Token | None:
+    return session.scalar(select(Token).where(Token.token_hash == hash_token(secret), Token.revoked_at.is_(None)))
+
+
+def list_tokens(session: Session) -> Sequence[Token]:
+    return session.scalars(select(Token).order_by(Token.id)).all()
+
+
+def count_tokens(session: Session, *, active_only: bool = True) -> int:
+    q = select(func.count(Token.id))
+    if active_only:
+        q = q.where(Token.revoked_at.is_(None))
+    return session.scalar(q) or 0
+
+
+# crud writes with UPDATE statements and sessions keep objects across commits: a get reloads the row.
+
+def get_submission(session: Session, submission_id: int) -> Submission | None:
+    return session.get(Submission, submission_id, populate_existing=True)
+
+
+def get_result(session: Session, result_id: int | None) -> Result | None:
+    return None if result_id is None else session.get(Result, result_id, populate_existing=True)
+
+
+def latest_job(session: Session, submission_id: int) -> Job | None:
+    return session.scalar(select(Job).where(Job.submission_id == submission_id).order_by(Job.id.desc()).limit(1)
+                          .execution_options(populate_existing=True))
+
+
+def get_job(session: Session, job_id: int) -> Job | None:
+    return session.get(Job, job_id, populate_existing=True)
+
+
+def queue_position(session: Session, job: Job) -> int | None:
+    """1 for the next job a worker will claim; None when the job is not waiting."""
+    if job.status != JobStatus.queued.value:
+        return None
+    ahead = session.scalar(select(func.count(Job.id)).where(
+        Job.status == JobStatus.queued.value,
+        or_(Job.priority > job.priority, and_(Job.priority == job.priority, Job.id < job.id))))
+    return (ahead or 0) + 1
+
+
+@dataclass
+class SubmissionFilter:
+    problem_id: str | None = None
+    verdict: str | None = None
+    submitter: str | None = None
+    model: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    ids: Sequence[int] | None = None
+
+
+def _filtered(q, f: SubmissionFilter):
+    if f.ids is not None:
+        q = q.where(Submission.id.in_(f.ids))
+    if f.problem_id is not None:
+        q = q.where(Submission.problem_id == f.problem_id)
+    if f.verdict is not None:
+        q = q.where(Submission.verdict == f.verdict)
+    if f.submitter is not None:
+        q = q.where(Submission.submitter == f.submitter)
+    if f.model is not None:
+        q = q.where(Submission.model == f.model)
+    if f.status is not None:
+        q = q.where(Submission.status == f.status)
+    if f.since is not None:  # a time given without a zone is UTC, as every stored time is
+        since = f.since if f.since.tzinfo else f.since.replace(tzinfo=timezone.utc)
+        q = q.where(Submission.created_at >= since)
+    return q
+
+
+def list_submissions(session: Session, f: SubmissionFilter, *, limit: int, offset: int
+                     ) -> tuple[Sequence[tuple[Submission, Result | None]], int]:
+    """A page of submissions, newest first, each with its current result; and the total count."""
+    total = session.scalar(_filtered(select(func.count(Submission.id)), f)) or 0
+    q = _filtered(select(Submission, Result).outerjoin(Result, Result.id == Submission.current_result_id), f)
+    rows = session.execute(q.order_by(Submission.id.desc()).limit(limit).offset(offset)).all()
+    return rows, total
+
+
+def submission_ids(session: Session, f: SubmissionFilter) -> list[int]:
+    return list(session.scalars(_filtered(select(Submission.id), f).order_by(Submission.id)))
+
+
+def current_results(session: Session, f: SubmissionFilter) -> Sequence[tuple[Submission, Result]]:
+    """Each matching submission with its current result (submissions without one are left out)."""
+    q = _filtered(select(Submission, Result).join(Result, Result.id == Submission.current_result_id), f)
+    return session.execute(q.order_by(Submission.id)).all()
+
+
+def scored_results(session: Session, problem_ids: Sequence[str] | None = None
+                   ) -> Sequence[tuple[Submission, Result]]:
+    """Current results of every submission (optionally of some problems), for leaderboards and fast_p."""
+    q = select(Submission, Result).join(Result, Result.id == Submission.current_result_id)
+    if problem_ids is not None:
+        q = q.where(Submission.problem_id.in_(problem_ids))
+    return session.execute(q.order_by(Submission.id)).all()
+
+
+class BaselineTime(BaseModel):
+    """Also the wire model of /api/problems/{id}."""
+
+    device: str
+    device_name: str | None
+    size: str
+    eager_ms: float | None
+    compile_ms: float | None
+    measured_at: datetime
+
+
+def baseline_times(session: Session, problem_id: str, problem_version: int) -> list[BaselineTime]:
+    """The reference's times as last measured on each device and size (they are timed beside passing
+    candidates)."""
+    rows = session.execute(
+        select(Result.device, Result.device_name, Result.size, Result.eager_ms, Result.compile_ms, Result.created_at)
+        .where(Result.problem_id == problem_id, Result.problem_version == problem_version,
+               Result.eager_ms.is_not(None), Result.device.is_not(None))
+        .order_by(Result.id.desc())).all()
+    seen: dict[tuple[str, str | None, str], BaselineTime] = {}
+    for device, name, size, eager, comp, at in rows:
+        seen.setdefault((device, name, size), BaselineTime(device=device, device_name=name, size=size,
+                                                           eager_ms=eager, compile_ms=comp, measured_at=at))
+    return list(seen.values())
+
+
+def job_counts(session: Session, batch: str | None = None, job_ids: Sequence[int] | None = None) -> dict[str, int]:
+    q = select(Job.status, func.count(Job.id)).group_by(Job.status)
+    if batch is not None:
+        q = q.where(Job.batch == batch)
+    if job_ids is not None:
+        q = q.where(Job.id.in_(job_ids))
+    counts = {s.value: 0 for s in JobStatus}
+    counts.update({status: n for status, n in session.execute(q)})
+    return counts
+
+
+def unfinished_jobs(session: Session) -> int:
+    return session.scalar(select(func.count(Job.id)).where(Job.status.in_(UNFINISHED_STATUSES))) or 0
+
+
+def live_workers(session: Session, within_s: float) -> Sequence[WorkerRow]:
+    since = utcnow() - timedelta(seconds=within_s)
+    return session.scalars(select(WorkerRow).where(WorkerRow.last_seen >= since, WorkerRow.stopped_at.is_(None))
+                           .order_by(WorkerRow.started_at)).all()
+
+
+def batch_results(session: Session, batch: str) -> Sequence[tuple[Submission, Result | None]]:
+    q = (select(Submission, Result).join(Job, Job.submission_id == Submission.id)
+         .outerjoin(Result, Result.id == Submission.current_result_id)
+         .where(Job.batch == batch).order_by(Submission.id))
+    return session.execute(q).all()

@@ -1,0 +1,152 @@
+"""Report: leaderboards and fast_p from stored results. Pure: no DB, no GPU.
+
+fast_p is KernelBench's metric: the share of problems whose result is correct and more than p
+times faster than the baseline (p = 0 is the share correct). A submitter+model's problems are
+those it has a result for; on each, its best result counts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+Baseline = Literal["eager", "compile"]
+
+
+class Scored(BaseModel):
+    """One submission's current result, as reports need it."""
+
+    submission_id: int
+    problem_id: str
+    submitter: str
+    model: str
+    verdict: str
+    device: str | None
+    device_name: str | None = None
+    size: str = "default"
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    candidate_ms: float | None = None
+    created_at: datetime | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "passed"
+
+    def speedup(self, baseline: Baseline) -> float | None:
+        return self.speedup_vs_eager if baseline == "eager" else self.speedup_vs_compile
+
+
+class LeaderboardRow(BaseModel):
+    rank: int
+    problem_id: str
+    submitter: str
+    model: str
+    submission_id: int
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    candidate_ms: float | None
+    device_name: str | None
+    size: str
+    created_at: datetime | None
+    submissions: int  # this submitter+model's results on this problem and device class
+
+
+class FastPRow(BaseModel):
+    submitter: str
+    model: str
+    problems: int
+    correct: int
+    fast_p_eager: dict[str, float]
+    fast_p_compile: dict[str, float] | None  # None: no torch.compile baseline was timed
+
+
+def p_key(p: float) -> str:
+    return f"{p:g}"
+
+
+def _rank_key(s: Scored, baseline: Baseline) -> tuple[bool, float, float]:
+    sp = s.speedup(baseline)
+    at = s.created_at.timestamp() if s.created_at else 0.0
+    return (sp is None, -(sp or 0.0), at)  # fastest first, untimed last, earlier wins a tie
+
+
+def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | None:
+    """The best result: correct before incorrect, then fastest."""
+    ranked = sorted(results, key=lambda s: (not s.correct, *_rank_key(s, baseline)))
+    return ranked[0] if ranked else None
+
+
+def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:
+    """Best passing result per problem and submitter+model, ranked within each problem.
+
+    Give it results of one device class: CPU and GPU speedups are not comparable.
+    """
+    groups: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
+    for s in results:
+        groups[(s.problem_id, s.submitter, s.model)].append(s)
+    per_problem: dict[str, list[tuple[Scored, int]]] = defaultdict(list)
+    for (problem, _, _), group in groups.items():
+        top = best([s for s in group if s.correct], baseline)
+        if top is not None:
+            per_problem[problem].append((top, len(group)))
+    rows: list[LeaderboardRow] = []
+    for problem in sorted(per_problem):
+        ranked = sorted(per_problem[problem], key=lambda pair: _rank_key(pair[0], baseline))
+        for rank, (s, n) in enumerate(ranked, 1):
+            rows.append(LeaderboardRow(
+                rank=rank, problem_id=problem, submitter=s.submitter, model=s.model, submission_id=s.submission_id,
+                speedup_vs_eager=s.speedup_vs_eager, speedup_vs_compile=s.speedup_vs_compile,
+                candidate_ms=s.candidate_ms, device_name=s.device_name, size=s.size, created_at=s.created_at,
+                submissions=n))
+    return rows
+
+
+def fast_p(per_problem: Sequence[Scored], p: float, baseline: Baseline = "eager") -> float:
+    """Share of the given results (one per problem) that are correct and faster than p times the baseline."""
+    if not per_problem:
+        return 0.0
+    hits = 0
+    for s in per_problem:
+        sp = s.speedup(baseline)
+        if s.correct and (p == 0 or (sp is not None and sp > p)):
+            hits += 1
+    return hits / len(per_problem)
+
+
+def fast_p_curve(per_problem: Sequence[Scored], baseline: Baseline = "eager",
+                 thresholds: Sequence[float] = FAST_P_THRESHOLDS) -> dict[str, float] | None:
+    if baseline == "compile" and not any(s.speedup_vs_compile is not None for s in per_problem):
+        return None
+    return {p_key(p): fast_p(per_problem, p, baseline) for p in thresholds}
+
+
+def best_per_problem(results: Iterable[Scored], baseline: Baseline = "eager") -> list[Scored]:
+    by_problem: dict[str, list[Scored]] = defaultdict(list)
+    for s in results:
+        by_problem[s.problem_id].append(s)
+    return [b for problem in sorted(by_problem) if (b := best(by_problem[problem], baseline)) is not None]
+
+
+def fast_p_table(results: Sequence[Scored], thresholds: Sequence[float] = FAST_P_THRESHOLDS) -> list[FastPRow]:
+    """fast_p per submitter+model over the problems each has results for (one device class)."""
+    by_pair: dict[tuple[str, str], list[Scored]] = defaultdict(list)
+    for s in results:
+        by_pair[(s.submitter, s.model)].append(s)
+    rows = []
+    for (submitter, model), group in sorted(by_pair.items()):
+        # The best per problem may differ by baseline: the fastest vs eager need not be fastest vs compile.
+        eager = best_per_problem(group, "eager")
+        compiled = best_per_problem(group, "compile")
+        rows.append(FastPRow(
+            submitter=submitter, model=model, problems=len(eager), correct=sum(s.correct for s in eager),
+            fast_p_eager=fast_p_curve(eager, "eager", thresholds) or {},
+            fast_p_compile=fast_p_curve(compiled, "compile", thresholds)))
+    rows.sort(key=lambda r: (-r.fast_p_eager.get("1", 0.0), -r.correct, r.submitter, r.model))
+    return rows
