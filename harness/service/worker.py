@@ -1,0 +1,368 @@
+"""The queue worker: claims jobs, precompiles them on the CPU, evaluates them one per slot.
+
+    claim loop ──► compile pool (threads, `precompile`) ──► ready ──► slot threads (`evaluate`)
+        ▲                                                                  │
+        └─────────── heartbeat thread renews the leases of all held jobs ──┘
+
+Every stage is a thread of this process: `precompile` and `evaluate` spawn their own children and
+wait on them, so threads are enough and nothing here imports torch. The claim loop holds at most
+slots + compile workers jobs, so the pool works ahead of the GPUs without hoarding the queue.
+An evaluation that reports infra_error (or raises) is retried after a back-off until the job's
+attempts are spent; then its infra_error result is stored. Submission failures are final.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.config import Settings
+from harness.db import crud
+from harness.db.models import Job, ResultOrigin, Submission
+from harness.db.session import Database
+from harness.problems import Registry, UnknownProblem
+from harness.problems.spec import ProblemSpec
+from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.schema import EvalResult, Provenance
+from harness.service.devices import Slot
+from harness.service.outcomes import infra_result
+from harness.verdicts import Verdict
+
+log = logging.getLogger("harness.worker")
+
+EvaluateFn = Callable[[ProblemSpec, str, EvalOptions, Settings], EvalResult]
+PrecompileFn = Callable[..., PrecompileResult]
+
+# Text that shows a submission builds native code; anything else has nothing to precompile.
+_BUILD_MARKERS = ("load_inline", "cpp_extension", "load(")
+
+
+def default_compile_workers(settings: Settings, slots: list[Slot]) -> int:
+    if settings.compile_workers is not None:
+        return settings.compile_workers
+    if all(s.device == "cpu" for s in slots):
+        return 0  # the CPU evaluates too: building elsewhere only takes cores from the timed runs
+    return min(8, max(1, (os.cpu_count() or 2) // 2))
+
+
+@dataclass
+class _Held:
+    claim: crud.ClaimedJob
+    spec: ProblemSpec
+    lost: bool = False  # the lease went to another worker: the result will be discarded
+    started: bool = False  # handed to a slot
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    released: int = 0
+    precompiled: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, db: Database, settings: Settings, registry: Registry, slots: list[Slot], *,
+                 compile_workers: int | None = None, batch: str | None = None,
+                 exit_when_idle_s: float | None = None, worker_id: str | None = None,
+                 evaluate_fn: EvaluateFn = evaluate, precompile_fn: PrecompileFn = precompile,
+                 stop_grace_s: float = 10.0):
+        if not slots:
+            raise ValueError("a worker needs at least one slot")
+        self.db = db
+        self.settings = settings
+        self.registry = registry
+        self.slots = slots
+        self.compile_workers = default_compile_workers(settings, slots) if compile_workers is None \
+            else compile_workers
+        self.batch = batch
+        self.exit_when_idle_s = exit_when_idle_s
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.evaluate_fn = evaluate_fn
+        self.precompile_fn = precompile_fn
+        self.stop_grace_s = stop_grace_s
+        self.stats = WorkerStats()
+        self._held: dict[int, _Held] = {}
+        self._lock = threading.Lock()
+        self._compile_q: queue.Queue[_Held] = queue.Queue()
+        self._ready_q: queue.Queue[_Held] = queue.Queue()
+        self._stop = threading.Event()
+        self._done = threading.Event()  # run() has returned: the heartbeat may end
+
+    # ---- life cycle ----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> WorkerStats:
+        with self.db.session() as s:
+            crud.register_worker(s, self.id, hostname=socket.gethostname(), pid=os.getpid(),
+                                 slots=[slot.describe() for slot in self.slots])
+        log.info("worker %s: slots %s, %d compile workers%s", self.id, ", ".join(s.describe() for s in self.slots),
+                 self.compile_workers, f", batch {self.batch}" if self.batch else "")
+        threads = [threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)]
+        threads += [threading.Thread(target=self._compile_loop, name=f"compile-{i}", daemon=True)
+                    for i in range(self.compile_workers)]
+        slot_threads = [threading.Thread(target=self._slot_loop, args=(slot,), name=f"slot-{slot.name}", daemon=True)
+                        for slot in self.slots]
+        for t in threads + slot_threads:
+            t.start()
+        try:
+            self._claim_loop()
+        finally:
+            self._stop.set()
+            self._shutdown(slot_threads)
+            self._done.set()
+            with contextlib.suppress(Exception), self.db.session() as s:
+                crud.worker_stopped(s, self.id)
+        return self.stats
+
+    def _shutdown(self, slot_threads: list[threading.Thread]) -> None:
+        """Give back what has not started; let running evaluations finish within the grace period, then
+        give those back too (their children end when this process does)."""
+        deadline = time.monotonic() + self.stop_grace_s
+        for t in slot_threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            leftovers = list(self._held.values())
+        for h in leftovers:
+            self._release(h)
+
+    def _release(self, h: _Held) -> None:
+        with contextlib.suppress(Exception), self.db.session() as s:
+            if crud.release_job(s, h.claim.job_id, h.claim.claim_token):
+                self.stats.released += 1
+                log.info("job %d released (worker stopping)", h.claim.job_id)
+        self._forget(h)
+
+    def _forget(self, h: _Held) -> None:
+        with self._lock:
+            self._held.pop(h.claim.job_id, None)
+
+    # ---- claiming ------------------------------------------------------------------------------------
+
+    def _capacity(self) -> int:
+        return len(self.slots) + self.compile_workers
+
+    def _claim_loop(self) -> None:
+        idle_since = time.monotonic()
+        next_reap = 0.0
+        while not self._stop.is_set():
+            with self._lock:
+                busy = len(self._held)
+            if busy:
+                idle_since = time.monotonic()
+            if busy >= self._capacity():
+                self._stop.wait(0.05)
+                continue
+            if time.monotonic() >= next_reap:
+                self._requeue_expired()
+                next_reap = time.monotonic() + min(self.settings.lease_s / 4, 30.0)
+            try:
+                with self.db.session() as s:
+                    claim = crud.claim_job(s, self.id, self.settings.lease_s, batch=self.batch)
+            except Exception:
+                log.exception("claiming a job failed; trying again")
+                claim = None
+            if claim is None:
+                if busy == 0 and self.exit_when_idle_s is not None and \
+                        time.monotonic() - idle_since >= self.exit_when_idle_s:
+                    log.info("no job for %.0f s: exiting", self.exit_when_idle_s)
+                    return
+                self._stop.wait(self.settings.worker_poll_s)
+                continue
+            self.stats.claimed += 1
+            self._admit(claim)
+
+    def _admit(self, claim: crud.ClaimedJob) -> None:
+        try:
+            spec = self.registry.get(claim.problem_id)
+        except UnknownProblem as e:
+            # Another worker (with that problems folder) may know it: an infra error, retried.
+            self._infra_failure(claim, f"this worker does not know the problem: {e}", None)
+            return
+        h = _Held(claim, spec)
+        with self._lock:
+            self._held[claim.job_id] = h
+        log.info("job %d (submission %d, %s, attempt %d/%d) claimed", claim.job_id, claim.submission_id,
+                 spec.id, claim.attempts, claim.max_attempts)
+        if self.compile_workers and any(m in claim.text for m in _BUILD_MARKERS):
+            self._compile_q.put(h)
+        else:
+            self._ready_q.put(h)
+
+    def _lost_result(self, sub: Submission, job: Job) -> EvalResult:
+        try:
+            spec: ProblemSpec | None = self.registry.get(sub.problem_id)
+        except UnknownProblem:
+            spec = None
+        return infra_result(sub, f"the evaluation was abandoned {job.attempts} times: its worker stopped "
+                            f"renewing the job's lease (last: {job.worker_id}; died, hung or lost the database)", spec)
+
+    def _requeue_expired(self) -> None:
+        try:
+            with self.db.session() as s:
+                requeued, failed = crud.requeue_expired(s, self._lost_result)
+        except Exception:
+            log.exception("requeueing expired jobs failed")
+            return
+        if requeued:
+            log.warning("jobs %s requeued: their workers' leases expired", requeued)
+        if failed:
+            log.error("jobs %s failed for good with infra_error: out of attempts", failed)
+
+    # ---- heartbeat -----------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        # It beats on through shutdown: evaluations finishing in the grace period keep their leases.
+        interval = max(0.2, self.settings.lease_s / 4)
+        while not self._done.wait(interval):
+            with self._lock:
+                by_token = {h.claim.claim_token: h for h in self._held.values()}
+            try:
+                with self.db.session() as s:
+                    still = crud.heartbeat(s, self.id, by_token, self.settings.lease_s)
+            except Exception:
+                log.exception("heartbeat failed; the leases run on until the next one")
+                continue
+            for token, h in by_token.items():
+                if token not in still and not h.lost:
+                    h.lost = True
+                    log.warning("job %d: lease lost (expired, deleted or claimed again); its result will be "
+                                "discarded", h.claim.job_id)
+
+    # ---- compile pool --------------------------------------------------------------------------------
+
+    def _targets(self) -> list[Provenance]:
+        seen: dict[tuple[str | None, str], Provenance] = {}
+        for slot in self.slots:
+            if slot.target is not None:
+                seen.setdefault((slot.target.compute_capability, slot.target.device), slot.target)
+        return list(seen.values())
+
+    def _compile_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                h = self._compile_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if self._stop.is_set() or h.lost:
+                self._ready_q.put(h)  # the slot loop (or shutdown) decides its fate
+                continue
+            for target in self._targets():
+                try:
+                    r = self.precompile_fn(h.claim.text, target, self.settings, timeout_s=h.spec.compile_timeout_s)
+                except Exception:
+                    # The outcome decides nothing: the evaluation compiles whatever is missing.
+                    log.exception("precompiling job %d failed", h.claim.job_id)
+                    continue
+                self.stats.precompiled += 1
+                log.info("job %d precompiled for %s in %.1f s (%s)", h.claim.job_id,
+                         target.compute_capability or target.device, r.seconds, "ok" if r.ok else "did not build")
+            self._ready_q.put(h)
+
+    # ---- evaluation slots ----------------------------------------------------------------------------
+
+    def _slot_loop(self, slot: Slot) -> None:
+        while not self._stop.is_set():
+            try:
+                h = self._ready_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if self._stop.is_set():
+                self._ready_q.put(h)  # left for shutdown to release
+                return
+            self._evaluate(slot, h)
+
+    def _evaluate(self, slot: Slot, h: _Held) -> None:
+        claim = h.claim
+        try:
+            with self.db.session() as s:
+                ok = crud.mark_running(s, claim.job_id, claim.claim_token)
+        except Exception:
+            log.exception("job %d: could not mark it running; its lease will expire", claim.job_id)
+            self._forget(h)
+            return
+        if not ok:
+            log.warning("job %d is no longer ours (lease expired, deleted); skipped", claim.job_id)
+            self._forget(h)
+            return
+        h.started = True
+        log.info("job %d evaluating on %s", claim.job_id, slot.name)
+        result: EvalResult | None = None
+        error = ""
+        try:
+            result = self.evaluate_fn(h.spec, claim.text, EvalOptions(device=slot.device, extra_env=slot.env),
+                                      self.settings)
+        except Exception as e:
+            error = f"the worker failed while evaluating: {type(e).__name__}: {e}"
+            log.exception("job %d: evaluation raised", claim.job_id)
+            log.debug("%s", traceback.format_exc())
+        try:
+            if result is not None and result.verdict != Verdict.infra_error:
+                self._complete(claim, result, ResultOrigin.sandbox)
+            else:
+                self._infra_failure(claim, result.message if result else error, result)
+        finally:
+            self._forget(h)
+
+    def _complete(self, claim: crud.ClaimedJob, result: EvalResult, origin: ResultOrigin) -> None:
+        try:
+            with self.db.session() as s:
+                row = crud.complete_job(s, claim.job_id, claim.claim_token, result, origin)
+        except Exception:
+            log.exception("job %d: storing its result failed; the job will be requeued when its lease expires",
+                          claim.job_id)
+            return
+        if row is None:
+            log.warning("job %d: result discarded, the job is no longer ours (lease expired or deleted)",
+                        claim.job_id)
+            return
+        self.stats.completed += 1
+        self.stats.verdicts[result.verdict.value] = self.stats.verdicts.get(result.verdict.value, 0) + 1
+        log.info("job %d done: %s (%s)", claim.job_id, result.verdict.value, result.message[:200])
+
+    def _infra_failure(self, claim: crud.ClaimedJob, message: str, result: EvalResult | None) -> None:
+        """Retry after a back-off while attempts remain; then store the infra_error for good."""
+        if claim.attempts < claim.max_attempts:
+            delay = self.settings.retry_delay_s * claim.attempts
+            try:
+                with self.db.session() as s:
+                    retried = crud.retry_job(s, claim.job_id, claim.claim_token, message, delay)
+            except Exception:
+                log.exception("job %d: requeueing failed; its lease will expire", claim.job_id)
+                return
+            if retried:
+                self.stats.retried += 1
+                log.warning("job %d: infra error (attempt %d/%d), retried in %.0f s: %s", claim.job_id,
+                            claim.attempts, claim.max_attempts, delay, message[:300])
+            return
+        if result is None:
+            with self.db.session() as s:
+                sub = s.get(Submission, claim.submission_id)
+            if sub is None:
+                return
+            try:
+                spec: ProblemSpec | None = self.registry.get(sub.problem_id)
+            except UnknownProblem:
+                spec = None
+            result = infra_result(sub, f"{message} (attempt {claim.attempts} of {claim.max_attempts})", spec)
+            origin = ResultOrigin.queue
+        else:
+            origin = ResultOrigin.sandbox
+        self._complete(claim, result, origin)

@@ -1,0 +1,159 @@
+"""The worker in this process: real evaluations through the queue, the retry policy for infra errors,
+the compile pool working ahead, and a stop that hands back every job not finished."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy import func, select
+
+from harness.db import crud, queries
+from harness.db.models import Job, Result
+from harness.problems import get_registry
+from harness.sandbox.runner import PrecompileResult
+from harness.schema import EvalResult, Provenance
+from harness.service.devices import Slot
+from harness.service.outcomes import infra_result
+from harness.service.worker import Worker
+
+from ..conftest import SUBMISSIONS
+from ..db.factories import eval_result, new_submission
+
+CPU = Provenance(harness_version="0.1.0", device="cpu", device_name="x86_64", torch_version="2.13.0",
+                 python_version="3.11", hostname="t", started_at=datetime.now(timezone.utc))
+LOAD_INLINE = "from torch.utils.cpp_extension import load_inline\nclass ModelNew: pass\n"
+
+
+def submit(db, text: str, problem: str = "gemm-groupnorm-min-biasadd", max_attempts: int = 3) -> int:
+    with db.session() as s:
+        _, job = crud.create_submission(s, new_submission(problem, text=text), token=None, queue_limit=None,
+                                        max_attempts=max_attempts)
+    return job.id
+
+
+def run_worker(db, settings, *, idle_s: float = 0.5, **kw) -> Worker:
+    worker = Worker(db, settings, get_registry(), [Slot("cpu", "cpu", target=CPU)], exit_when_idle_s=idle_s,
+                    **{"compile_workers": 0, **kw})
+    worker.run()
+    return worker
+
+
+def job_and_results(db, job_id: int) -> tuple[Job, list[Result]]:
+    with db.session() as s:
+        job = queries.get_job(s, job_id)
+        return job, s.scalars(select(Result).where(Result.submission_id == job.submission_id)).all()
+
+
+def test_real_evaluations_through_the_queue_store_cpu_results(svc_db, svc_settings):
+    ok = submit(svc_db, (SUBMISSIONS / "l75_pytorch_correct.py").read_text())
+    prose = submit(svc_db, "I could not write this kernel, sorry.")
+    worker = run_worker(svc_db, svc_settings)
+    assert worker.stats.completed == 2 and worker.stats.verdicts == {"passed": 1, "invalid_submission": 1}
+    job, (res,) = job_and_results(svc_db, ok)
+    assert job.status == "done" and job.attempts == 1 and res.verdict == "passed"
+    assert res.device == "cpu" and res.size == "small" and res.speedup_vs_eager is not None
+    assert EvalResult.model_validate(res.payload).observations.trials  # the raw figures are kept
+    _, (bad,) = job_and_results(svc_db, prose)
+    assert bad.verdict == "invalid_submission" and "no code found" in bad.message
+    with svc_db.session() as s:
+        assert queries.get_submission(s, job.submission_id).status == "done"
+
+
+def test_infra_errors_are_retried_up_to_the_bound_then_stored_once(svc_db, svc_settings):
+    job_id = submit(svc_db, "x", max_attempts=3)
+    calls = []
+
+    def flaky(spec, text, options, settings):
+        calls.append(options.device)
+        with svc_db.session() as s:
+            sub = queries.get_submission(s, queries.get_job(s, job_id).submission_id)
+        return infra_result(sub, f"reference process died (call {len(calls)})", spec)
+
+    worker = run_worker(svc_db, svc_settings, evaluate_fn=flaky)
+    assert len(calls) == 3 and worker.stats.retried == 2 and worker.stats.completed == 1
+    job, (res,) = job_and_results(svc_db, job_id)
+    assert job.attempts == 3 and job.status == "done" and res.verdict == "infra_error"
+    assert "call 3" in res.message and res.origin == "sandbox"
+
+
+def test_a_worker_exception_is_an_infra_error_and_a_submission_failure_is_not_retried(svc_db, svc_settings):
+    boom, wrong = submit(svc_db, "x", max_attempts=2), submit(svc_db, "y")
+
+    def evaluate(spec, text, options, settings):
+        if text == "x":
+            raise OSError(28, "No space left on device")
+        return eval_result(max_rel_err=1.0)
+
+    worker = run_worker(svc_db, svc_settings, evaluate_fn=evaluate)
+    job, (res,) = job_and_results(svc_db, boom)
+    assert job.attempts == 2 and res.verdict == "infra_error" and res.origin == "queue"
+    assert "No space left on device" in res.message and "attempt 2 of 2" in res.message
+    job, (res,) = job_and_results(svc_db, wrong)
+    assert job.attempts == 1 and res.verdict == "wrong_answer"
+    assert worker.stats.retried == 1
+
+
+def test_a_problem_the_worker_does_not_know_is_an_infra_error(svc_db, svc_settings):
+    job_id = submit(svc_db, "x", problem="level9/1", max_attempts=1)
+    run_worker(svc_db, svc_settings)
+    _, (res,) = job_and_results(svc_db, job_id)
+    assert res.verdict == "infra_error" and "does not know the problem" in res.message
+
+
+def test_the_compile_pool_builds_ahead_of_the_slot(svc_db, svc_settings):
+    first, second, plain = submit(svc_db, LOAD_INLINE + "#1"), submit(svc_db, LOAD_INLINE + "#2"), submit(svc_db, "z")
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def precompile(text, target, settings, *, timeout_s):
+        assert target is CPU and timeout_s > 0
+        with lock:
+            events.append(("built", text[-2:]))
+        return PrecompileResult(True, 0.0, "")
+
+    def evaluate(spec, text, options, settings):
+        time.sleep(0.3)  # the pool runs ahead while the slot is busy
+        with lock:
+            events.append(("evaluated", text[-2:]))
+        return eval_result()
+
+    worker = run_worker(svc_db, svc_settings, compile_workers=2, evaluate_fn=evaluate, precompile_fn=precompile)
+    assert worker.stats.precompiled == 2 and worker.stats.completed == 3
+    built = {t for kind, t in events if kind == "built"}
+    assert built == {"#1", "#2"}, "a source without native code was precompiled, or one with it was not"
+    for tag in ("#1", "#2"):
+        assert events.index(("built", tag)) < events.index(("evaluated", tag))
+    assert events.index(("built", "#2")) < events.index(("evaluated", "#1")), "the pool did not work ahead"
+    for job_id in (first, second, plain):
+        assert job_and_results(svc_db, job_id)[0].status == "done"
+
+
+def test_stopping_hands_back_running_and_waiting_jobs_without_counting_the_attempt(svc_db, svc_settings):
+    jobs = [submit(svc_db, LOAD_INLINE + f"#{i}") for i in range(2)]
+    started, release = threading.Event(), threading.Event()
+
+    def slow(spec, text, options, settings):
+        started.set()
+        release.wait(30)
+        return eval_result()
+
+    worker = Worker(svc_db, svc_settings, get_registry(), [Slot("cpu", "cpu", target=CPU)], compile_workers=1,
+                    evaluate_fn=slow, precompile_fn=lambda *a, **k: PrecompileResult(True, 0.0, ""),
+                    stop_grace_s=0.3)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    assert started.wait(30)
+    time.sleep(0.3)  # the second job is claimed and compiled, waiting for the slot
+    worker.stop()
+    t.join(30)
+    assert worker.stats.released == 2
+    with svc_db.session() as s:
+        for job_id in jobs:
+            job = queries.get_job(s, job_id)
+            assert (job.status, job.attempts, job.claim_token) == ("queued", 0, None)
+    release.set()  # the abandoned evaluation ends late: its result must not be stored
+    time.sleep(0.3)
+    with svc_db.session() as s:
+        assert s.scalar(select(func.count(Result.id))) == 0
