@@ -6,7 +6,13 @@ import subprocess
 import sys
 
 MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading", "harness.problems",
-           "harness.submission", "harness.config", "harness.schema"]
+           "harness.submission", "harness.config", "harness.schema",
+           "harness.api", "harness.api.app", "harness.api.routes.submissions", "harness.api.routes.leaderboard",
+           "harness.api.routes.problems", "harness.api.routes.admin", "harness.api.routes.health",
+           "harness.db.models", "harness.db.session", "harness.db.crud", "harness.db.queries", "harness.reporting",
+           "harness.service.worker", "harness.service.devices", "harness.service.reeval", "harness.service.batch",
+           "harness.service.runtime", "harness.cli.serve", "harness.cli.worker", "harness.cli.reeval",
+           "harness.cli.eval_dir", "harness.cli.tokens"]
 
 
 def test_importing_the_cli_runner_and_grading_does_not_import_torch():
@@ -25,3 +31,29 @@ def test_only_the_sandbox_children_import_submissions():
     root = Path(__file__).parents[1] / "harness"
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "spec_from_file_location" in p.read_text())
     assert users == ["sandbox/child.py", "sandbox/problem_module.py"]  # the latter loads problem files only
+
+
+def test_the_api_serves_requests_without_importing_torch(tmp_path):
+    """Not only the import: building the app, migrating its database and answering requests load none."""
+    code = (
+        "import sys\nfrom fastapi.testclient import TestClient\n"
+        "from harness.api import create_app\nfrom harness.config import Settings\n"
+        f"c = TestClient(create_app(Settings(data_dir={str(tmp_path)!r}, open_mode=True)))\n"
+        "assert c.get('/api/problems/level2/75').status_code == 200\n"
+        "assert c.post('/api/submissions', json={'problem': 'level2/75', 'submitter': 'a', 'model': 'm', "
+        "'source': 'class ModelNew: pass'}).status_code == 202\n"
+        "assert c.get('/api/leaderboard').status_code == 200 and c.get('/openapi.json').status_code == 200\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "assert not bad, bad[:5]\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_only_the_crud_module_commits():
+    """One module owns transactions (STYLE.md): nothing else in the package calls commit()."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "harness"
+    committers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if ".commit()" in p.read_text())
+    assert committers == ["db/crud.py"]

@@ -1,0 +1,31 @@
+"""/healthz: the database answers; the queue and the workers seen lately."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from harness import __version__
+from harness.api.deps import SessionDep, SettingsDep
+from harness.api.schemas import Health, WorkerPublic
+from harness.db import queries
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+def healthz(session: SessionDep, settings: SettingsDep):
+    try:
+        session.execute(text("SELECT 1"))
+        counts = queries.job_counts(session)
+        workers = [WorkerPublic(id=w.id, hostname=w.hostname, slots=w.slots, last_seen=w.last_seen)
+                   for w in queries.live_workers(session, within_s=2 * settings.lease_s)]
+    except SQLAlchemyError as e:
+        body = Health(status="unavailable", version=__version__, database=f"error: {type(e).__name__}",
+                      open_mode=settings.open_mode, queue={}, workers=[])
+        return JSONResponse(body.model_dump(mode="json"), status_code=503)
+    counts.pop("done", None)
+    return Health(status="ok", version=__version__, database="ok", open_mode=settings.open_mode, queue=counts,
+                  workers=workers)

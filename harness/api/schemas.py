@@ -1,0 +1,243 @@
+"""Wire models, named by role: what clients send (…Create, …Request) and get (…Public, …Summary)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from harness.db.queries import BaselineTime
+from harness.reporting import FastPRow, LeaderboardRow
+from harness.schema import Flag, ProblemRef, Provenance, TimingStats, Tolerance
+from harness.verdicts import Verdict
+
+T = TypeVar("T")
+
+
+def _no_surrogates(value: Any, where: str = "") -> None:
+    """JSON may spell lone UTF-16 surrogates (\\ud800) that no database can store as text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{where or 'the text'} holds a lone surrogate (an escape such as \\ud800): send valid "
+                             "Unicode") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_surrogates(k, "a key")
+            _no_surrogates(v, f"the value of {k!r}")
+    elif isinstance(value, list):
+        for v in value:
+            _no_surrogates(v, where)
+
+
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+
+
+class SubmissionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "problem": "level2/75", "submitter": "alice", "model": "my-llm-v3",
+        "source": "import torch\n...\nclass ModelNew(torch.nn.Module):\n    ...", "tags": ["run-12"]}]})
+
+    problem: str = Field(min_length=1, max_length=200,
+                         description="Problem slug, KernelBench id (level2/75) or file stem; see /api/problems.")
+    source: str | None = Field(None, min_length=1, description="A Python file that defines ModelNew.")
+    reply: str | None = Field(None, min_length=1,
+                              description="A raw LLM reply; its last Python code block defining ModelNew is used.")
+    submitter: str = Field(min_length=1, max_length=100, description="Who submits (a person, a team, a run).")
+    model: str = Field(min_length=1, max_length=200, description="The model that wrote the kernel.")
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form JSON kept with the submission.")
+
+    @field_validator("problem", "source", "reply", "submitter", "model", "tags", "metadata")
+    @classmethod
+    def _valid_unicode(cls, v: Any) -> Any:
+        _no_surrogates(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_text(self) -> SubmissionCreate:
+        if (self.source is None) == (self.reply is None):
+            raise ValueError("give the code in exactly one of the fields 'source' (a Python file) or 'reply' "
+                             "(a raw LLM reply)")
+        return self
+
+    @property
+    def text_and_kind(self) -> tuple[str, str]:
+        return (self.source, "source") if self.source is not None else (str(self.reply), "reply")
+
+
+class SubmissionAccepted(BaseModel):
+    id: int
+    status: str
+    problem_id: str
+    position: int | None = Field(description="1: the next job a worker takes.")
+    url: str
+    warning: str | None = Field(None, description="Set when the text will not evaluate (it is stored and judged "
+                                "invalid_submission all the same).")
+
+
+class ErrorFigures(BaseModel):
+    """The worst figures over all correctness trials and outputs."""
+
+    trials: int
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    err_vs_fp64: float | None = None
+    ref_err_vs_fp64: float | None = None
+
+
+class Timings(BaseModel):
+    candidate: TimingStats | None = None
+    eager: TimingStats | None = None
+    compile: TimingStats | None = None
+    compile_baseline_error: str | None = None
+
+
+class ResultPublic(BaseModel):
+    id: int
+    verdict: str
+    message: str
+    log_excerpt: str
+    flags: list[Flag]
+    origin: str = Field(description="sandbox (an evaluation), queue (out of attempts, nothing measured) or regrade.")
+    regraded_from: int | None
+    device: str | None = Field(description="cuda, or cpu for a CPU result (small sizes; never ranked with GPU "
+                               "results); null when nothing ran.")
+    problem: ProblemRef
+    tolerance: Tolerance
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    errors: ErrorFigures
+    timings: Timings
+    provenance: Provenance | None
+    created_at: datetime
+
+
+class SubmissionSummary(BaseModel):
+    id: int
+    problem_id: str
+    submitter: str
+    model: str
+    tags: list[str]
+    created_at: datetime
+    status: str
+    verdict: str | None
+    message: str | None
+    device: str | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+
+
+class SubmissionPublic(BaseModel):
+    id: int
+    problem_id: str
+    problem_version: int
+    submitter: str
+    model: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    text_kind: str
+    text: str
+    created_at: datetime
+    status: str = Field(description="queued, compiling, running or done (of its latest evaluation).")
+    position: int | None = Field(description="Place in the queue while queued.")
+    attempts: int
+    verdict: str | None = Field(description="The current result's verdict.")
+    result: ResultPublic | None
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class SizePublic(BaseModel):
+    overrides: dict[str, Any]
+    flops: float | None
+    min_bytes: float | None
+
+
+class ProblemPublic(BaseModel):
+    id: str
+    version: int
+    kernelbench_id: str | None
+    name: str
+    description: str
+    tolerance: Tolerance
+    sizes: dict[str, SizePublic]
+    compile_timeout_s: float
+    run_timeout_s: float
+    init_args: list[str]
+
+
+class ProblemDetail(ProblemPublic):
+    source: str
+    constants: dict[str, str]
+    baseline_times: list[BaselineTime] = Field(
+        description="The reference's median times as last measured on each device and size.")
+
+
+class Board(BaseModel):
+    rows: list[LeaderboardRow]
+    fast_p: list[FastPRow]
+
+
+class LeaderboardPublic(BaseModel):
+    problem: str | None
+    baseline: str
+    thresholds: list[float]
+    gpu: Board
+    cpu: Board = Field(description="CPU results (small sizes), ranked apart from GPU results.")
+
+
+class ReevalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    problem: str | None = None
+    verdict: Verdict | None = None
+    since: datetime | None = None
+    regrade_only: bool = Field(False, description="Grade the stored figures again (no GPU) instead of re-running.")
+    atol: float | None = Field(None, gt=0, description="With regrade_only: grade under this tolerance.")
+    rtol: float | None = Field(None, ge=0)
+
+
+class ReevalSummary(BaseModel):
+    matched: int
+    queued: int = 0
+    already_queued: int = 0
+    regraded: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    transitions: dict[str, int] = Field(default_factory=dict, description="'before -> after': count (regrade).")
+
+
+class ReevalOne(BaseModel):
+    submission_id: int
+    job_id: int | None = None
+    position: int | None = None
+    verdict: str | None = None
+
+
+class WorkerPublic(BaseModel):
+    id: str
+    hostname: str
+    slots: list[str]
+    last_seen: datetime
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    database: str
+    open_mode: bool
+    queue: dict[str, int]
+    workers: list[WorkerPublic]
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    suggestions: list[str] | None = None

@@ -1,0 +1,72 @@
+"""Stored rows and specs rendered as wire models."""
+
+from __future__ import annotations
+
+from harness.api.schemas import (
+    ErrorFigures,
+    ProblemPublic,
+    ResultPublic,
+    SizePublic,
+    SubmissionPublic,
+    SubmissionSummary,
+    Timings,
+)
+from harness.db.models import Job, Result, Submission
+from harness.problems.spec import ProblemSpec
+from harness.schema import EvalResult
+
+
+def _errors(r: EvalResult) -> ErrorFigures:
+    figs = [o for t in r.observations.trials for o in t.outputs]
+
+    def worst(name: str) -> float | None:
+        vals = [v for o in figs if (v := getattr(o, name)) is not None]
+        return max(vals) if vals else None
+
+    return ErrorFigures(trials=len(r.observations.trials), max_abs_err=worst("max_abs_err"),
+                        max_rel_err=worst("max_rel_err"), err_vs_fp64=worst("err_vs_fp64"),
+                        ref_err_vs_fp64=worst("ref_err_vs_fp64"))
+
+
+def result_public(row: Result) -> ResultPublic:
+    r = EvalResult.model_validate(row.payload)
+    o = r.observations
+    return ResultPublic(
+        id=row.id, verdict=row.verdict, message=row.message, log_excerpt=r.log_excerpt, flags=r.flags,
+        origin=row.origin, regraded_from=row.regraded_from, device=row.device, problem=r.problem,
+        tolerance=r.tolerance, speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile,
+        errors=_errors(r),
+        timings=Timings(candidate=o.candidate_timing, eager=o.eager_timing, compile=o.compile_timing,
+                        compile_baseline_error=o.compile_baseline_error),
+        provenance=r.provenance, created_at=row.created_at,
+    )
+
+
+def submission_public(sub: Submission, result: Result | None, job: Job | None, position: int | None
+                      ) -> SubmissionPublic:
+    return SubmissionPublic(
+        id=sub.id, problem_id=sub.problem_id, problem_version=sub.problem_version, submitter=sub.submitter,
+        model=sub.model, tags=sub.tags, metadata=sub.meta, text_kind=sub.text_kind, text=sub.text,
+        created_at=sub.created_at, status=sub.status, position=position, attempts=job.attempts if job else 0,
+        verdict=sub.verdict, result=result_public(result) if result else None,
+    )
+
+
+def submission_summary(sub: Submission, result: Result | None) -> SubmissionSummary:
+    return SubmissionSummary(
+        id=sub.id, problem_id=sub.problem_id, submitter=sub.submitter, model=sub.model, tags=sub.tags,
+        created_at=sub.created_at, status=sub.status, verdict=sub.verdict,
+        message=result.message if result else None, device=result.device if result else None,
+        speedup_vs_eager=result.speedup_vs_eager if result else None,
+        speedup_vs_compile=result.speedup_vs_compile if result else None,
+    )
+
+
+def problem_public(spec: ProblemSpec) -> ProblemPublic:
+    return ProblemPublic(
+        id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, name=spec.name,
+        description=spec.description, tolerance=spec.tolerance,
+        sizes={k: SizePublic(overrides=v.overrides, flops=v.flops, min_bytes=v.min_bytes)
+               for k, v in spec.sizes.items()},
+        compile_timeout_s=spec.compile_timeout_s, run_timeout_s=spec.run_timeout_s, init_args=spec.init_arg_names,
+    )

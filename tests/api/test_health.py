@@ -1,0 +1,27 @@
+"""/healthz and the OpenAPI docs."""
+
+from __future__ import annotations
+
+from harness.db import crud
+
+from .conftest import Tokens, body
+
+
+def test_healthz_reports_the_database_the_queue_and_live_workers(client, db, tokens):
+    client.post("/api/submissions", json=body(), headers=Tokens.header(tokens.user))
+    with db.session() as s:
+        crud.register_worker(s, "gpu-host:1", hostname="gpu-host", pid=1, slots=["cuda:0 NVIDIA H100"])
+    got = client.get("/healthz").json()
+    assert got["status"] == "ok" and got["database"] == "ok" and got["queue"]["queued"] == 1
+    assert [w["id"] for w in got["workers"]] == ["gpu-host:1"] and got["open_mode"] is False
+    with db.session() as s:
+        crud.worker_stopped(s, "gpu-host:1")
+    assert client.get("/healthz").json()["workers"] == []
+
+
+def test_openapi_docs_list_every_endpoint(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/api/submissions", "/api/submissions/{submission_id}", "/api/problems", "/api/problems/{problem}",
+            "/api/leaderboard", "/api/reeval", "/healthz"} <= set(spec["paths"])
+    assert "SubmissionCreate" in spec["components"]["schemas"]
+    assert client.get("/docs").status_code == 200

@@ -1,0 +1,73 @@
+"""GET /api/leaderboard: best passing result per submitter+model ranked by speedup, fast_p, and CPU
+results kept apart from GPU results."""
+
+from __future__ import annotations
+
+from harness.db.models import ResultOrigin
+from harness.service.outcomes import infra_result
+
+from ..db.factories import eval_result, seed
+
+
+def _seed_board(db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0, compile_ms=1.0), submitter="alice", model="m1")  # 2x
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=2.0, compile_ms=1.0), submitter="alice", model="m1")  # 4x best
+    seed(db, eval_result(candidate_ms=4.0, eager_ms=2.0, compile_ms=1.0), submitter="bob", model="m2")  # 0.5x
+    seed(db, eval_result(max_rel_err=1.0), submitter="carol", model="m3")  # wrong: not ranked
+    seed(db, eval_result(candidate_ms=0.1, eager_ms=2.0, device="cpu", compile_ms=None), submitter="dan", model="m4")
+    seed(db, eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code"),
+         submitter="alice", model="m1")
+
+
+def test_best_passing_result_per_submitter_and_model_ranked_by_speedup(client, db):
+    _seed_board(db)
+    got = client.get("/api/leaderboard?problem=level2/75").json()
+    assert got["problem"] == "gemm-groupnorm-min-biasadd" and got["baseline"] == "eager"
+    rows = got["gpu"]["rows"]
+    assert [(r["rank"], r["submitter"], r["speedup_vs_eager"]) for r in rows] == [(1, "alice", 4.0), (2, "bob", 0.5)]
+    assert rows[0]["submissions"] == 2 and rows[0]["submission_id"] == 2 and rows[0]["speedup_vs_compile"] == 2.0
+
+
+def test_cpu_results_are_ranked_apart_from_gpu_results(client, db):
+    _seed_board(db)
+    got = client.get("/api/leaderboard").json()
+    assert "dan" not in {r["submitter"] for r in got["gpu"]["rows"]}
+    (cpu_row,) = got["cpu"]["rows"]
+    assert cpu_row["submitter"] == "dan" and cpu_row["rank"] == 1 and cpu_row["size"] == "small"
+
+
+def test_fast_p_counts_each_problem_a_pair_attempted(client, db):
+    _seed_board(db)
+    fast = {(r["submitter"], r["model"]): r for r in client.get("/api/leaderboard").json()["gpu"]["fast_p"]}
+    alice = fast[("alice", "m1")]
+    # level2/75 correct at 4x, level2/30 an invalid submission: a failure on both boards.
+    assert alice["problems"] == 2 and alice["correct"] == 1
+    assert alice["fast_p_eager"] == {"0": 0.5, "0.5": 0.5, "0.8": 0.5, "1": 0.5, "1.5": 0.5, "2": 0.5}
+    assert alice["fast_p_compile"]["1"] == 0.5 and alice["fast_p_compile"]["2"] == 0.0
+    assert fast[("bob", "m2")]["fast_p_eager"]["0"] == 1.0 and fast[("bob", "m2")]["fast_p_eager"]["0.5"] == 0.0
+    assert fast[("carol", "m3")]["fast_p_eager"]["0"] == 0.0
+    assert ("dan", "m4") not in fast
+
+
+def test_ranking_against_torch_compile(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=4.0, compile_ms=0.5), submitter="x")  # 4x eager, 0.5x compile
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0, compile_ms=2.0), submitter="y")  # 2x eager, 2x compile
+    rows = client.get("/api/leaderboard?baseline=compile").json()["gpu"]["rows"]
+    assert [r["submitter"] for r in rows] == ["y", "x"]
+    assert client.get("/api/leaderboard?baseline=fastest").status_code == 422
+
+
+def test_infra_errors_count_nowhere(client, db):
+    from harness.db.models import Submission
+
+    sub_id = seed(db, eval_result(), submitter="erin")
+    with db.session() as s:
+        sub = s.get(Submission, sub_id)
+    seed(db, infra_result(sub, "worker lost"), submitter="frank", origin=ResultOrigin.queue)
+    got = client.get("/api/leaderboard").json()
+    assert {r["submitter"] for r in got["gpu"]["fast_p"]} == {"erin"}
+
+
+def test_unknown_problem_is_404(client):
+    r = client.get("/api/leaderboard?problem=nope")
+    assert r.status_code == 404 and "unknown problem" in r.json()["detail"]

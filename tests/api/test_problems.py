@@ -1,0 +1,32 @@
+"""GET /api/problems: ids, sizes, tolerance; one problem with its reference source and baseline times."""
+
+from __future__ import annotations
+
+from ..db.factories import eval_result, seed
+
+
+def test_problems_list_every_builtin_with_sizes_and_tolerance(client):
+    got = client.get("/api/problems").json()
+    assert len(got) == 6
+    p75 = next(p for p in got if p["kernelbench_id"] == "level2/75")
+    assert p75["id"] == "gemm-groupnorm-min-biasadd" and p75["tolerance"] == {"atol": 1e-4, "rtol": 1e-4}
+    assert set(p75["sizes"]) == {"default", "small"} and p75["sizes"]["small"]["overrides"]["batch_size"] == 128
+    assert p75["init_args"] == ["in_features", "out_features", "num_groups", "bias_shape"]
+
+
+def test_a_problem_by_kernelbench_id_has_source_constants_and_measured_baselines(client, db):
+    seed(db, eval_result(eager_ms=2.5, compile_ms=1.25))
+    seed(db, eval_result(device="cpu", eager_ms=0.25, compile_ms=None))
+    got = client.get("/api/problems/level2/75").json()
+    assert got["id"] == "gemm-groupnorm-min-biasadd" and "class Model(nn.Module)" in got["source"]
+    assert got["constants"]["batch_size"] == "1024"
+    times = {t["device"]: t for t in got["baseline_times"]}
+    assert times["cuda"]["eager_ms"] == 2.5 and times["cuda"]["compile_ms"] == 1.25
+    assert times["cuda"]["device_name"] == "NVIDIA H100 80GB HBM3" and times["cuda"]["size"] == "default"
+    assert times["cpu"]["eager_ms"] == 0.25 and times["cpu"]["size"] == "small"
+    assert client.get("/api/problems/gemm-groupnorm-min-biasadd").json()["id"] == got["id"]
+
+
+def test_an_unknown_problem_is_404_with_suggestions(client):
+    r = client.get("/api/problems/gemm_gn_min")
+    assert r.status_code == 404 and "did you mean" in r.json()["detail"] and r.json()["suggestions"]
