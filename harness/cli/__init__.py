@@ -5,7 +5,12 @@ from __future__ import annotations
 import typer
 
 from harness.cli import eval as eval_cmd
+from harness.cli import eval_dir as eval_dir_cmd
 from harness.cli import problems as problems_cmd
+from harness.cli import reeval as reeval_cmd
+from harness.cli import serve as serve_cmd
+from harness.cli import tokens as tokens_cmd
+from harness.cli import worker as worker_cmd
 
 app = typer.Typer(
     help="KernelHarness: evaluate LLM-written GPU kernels (KernelBench ModelNew files) against reference models.",
@@ -14,6 +19,11 @@ app = typer.Typer(
 )
 app.add_typer(problems_cmd.app, name="problems")
 app.command("eval")(eval_cmd.eval_command)
+app.command("serve")(serve_cmd.serve_command)
+app.command("worker")(worker_cmd.worker_command)
+app.command("reeval")(reeval_cmd.reeval_command)
+app.command("eval-dir")(eval_dir_cmd.eval_dir_command)
+app.add_typer(tokens_cmd.app, name="tokens")
 
 
 def main() -> None:
