@@ -4,6 +4,7 @@
 # --system-site-packages sees it).
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+SERVE_ARGS ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
 
@@ -14,8 +15,11 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q $(TORCH) -e '.[dev]'
 	touch $(STAMP)
 
+# The service: API on 127.0.0.1:8000, SQLite in $HARNESS_DATA_DIR, a worker for the local GPUs (or the CPU).
+# The first start prints an admin token and leaves it in $HARNESS_DATA_DIR/admin-token, so a fresh user can
+# submit at once while the port stays closed to others (see README, "Run the service").
 run: $(STAMP)
-	$(VENV)/bin/harness eval --problem level2/75 --submission tests/fixtures/submissions/l75_pytorch_correct.py
+	$(VENV)/bin/harness serve $(SERVE_ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
