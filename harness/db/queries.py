@@ -11,7 +11,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from harness.db.crud import hash_token
-from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow, utcnow
+from harness.db.models import Job, JobStatus, Result, Submission, Token, WorkerRow, utcnow
 
 
 def find_token(session: Session, secret: str) -> Token | None:
@@ -151,10 +151,6 @@ def job_counts(session: Session, batch: str | None = None, job_ids: Sequence[int
     counts = {s.value: 0 for s in JobStatus}
     counts.update({status: n for status, n in session.execute(q)})
     return counts
-
-
-def unfinished_jobs(session: Session) -> int:
-    return session.scalar(select(func.count(Job.id)).where(Job.status.in_(UNFINISHED_STATUSES))) or 0
 
 
 def live_workers(session: Session, within_s: float) -> Sequence[WorkerRow]:

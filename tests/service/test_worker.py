@@ -20,6 +20,7 @@ from harness.service.worker import Worker
 
 from ..conftest import SUBMISSIONS
 from ..db.factories import eval_result, new_submission
+from .conftest import wait_for
 
 CPU = Provenance(harness_version="0.1.0", device="cpu", device_name="x86_64", torch_version="2.13.0",
                  python_version="3.11", hostname="t", started_at=datetime.now(timezone.utc))
@@ -114,7 +115,7 @@ def test_the_compile_pool_builds_ahead_of_the_slot(svc_db, svc_settings):
         return PrecompileResult(True, 0.0, "")
 
     def evaluate(spec, text, options, settings):
-        time.sleep(0.3)  # the pool runs ahead while the slot is busy
+        time.sleep(0.5)  # the pool runs ahead while the slot is busy
         with lock:
             events.append(("evaluated", text[-2:]))
         return eval_result()
@@ -145,7 +146,12 @@ def test_stopping_hands_back_running_and_waiting_jobs_without_counting_the_attem
     t = threading.Thread(target=worker.run)
     t.start()
     assert started.wait(30)
-    time.sleep(0.3)  # the second job is claimed and compiled, waiting for the slot
+
+    def second_claimed():
+        with svc_db.session() as s:
+            return queries.get_job(s, jobs[1]).status == "compiling"
+
+    wait_for(second_claimed, 30, "the second job to be claimed while the slot is busy")
     worker.stop()
     t.join(30)
     assert worker.stats.released == 2
