@@ -1,21 +1,24 @@
 # Gold reference solution: KernelBench level2/75 Gemm_GroupNorm_Min_BiasAdd.
 #
-# Design: gemm (cuBLAS addmm) -> [GroupNorm -> min over features -> + bias] in one CUDA kernel.
+# Design: gemm (cuBLAS addmm) -> [GroupNorm -> min over features -> + bias] in two CUDA kernels.
 # The GEMM stays fp32-exact: torch.addmm(linear.bias, x, weight.t()) is the very call nn.Linear makes,
 # so its output is bit-identical to the reference's (no TF32, torch.backends untouched).
 # The reference returns (B, 1) + bias(1, C, 1, 1), which broadcasts to (1, C, B, 1):
-# out[0, c, b, 0] = rowmin[b] + bias[c]. One block of 1024 threads owns 8 consecutive batch rows:
-#   phase 1: 4 warps per row read the row once (16-byte float4 loads), compute each group's mean
-#     and biased variance in fp32 by two passes over registers (mean, then centred sum of squares)
-#     with warp-shuffle reductions, normalise (affine) and keep a running minimum; the row minimum
-#     is combined through shared memory (no atomics).
-#     * channels per group (cpg) in {4, 8, ..., 128}: a warp loads 4 x 128 consecutive floats; a
-#       group is held by an aligned segment of cpg/4 lanes (segmented shuffles).
-#     * cpg = 128*k, k <= 6: a warp takes a whole group, k float4s per lane.
-#     * anything else (cpg not a multiple of 4, other sizes, unaligned pointers): scalar fallback.
-#   phase 2: the block writes out[c, b0:b0+8] = rowmin + bias[c] for every c: 32 contiguous bytes
-#     (two float4 stores, one full 32-byte sector) per channel, so the transposed output is written
-#     once with full sectors (scalar stores when B % 4 != 0 or in the last partial block).
+# out[0, c, b, 0] = rowmin[b] + bias[c]. The only allocation is that output; the row minima are
+# kept in the GEMM output's first column (a temporary the forward owns). Two kernels:
+#   1. one 256-thread block per batch row: its 8 warps read the row once (16-byte streaming
+#      loads, up to 8 in flight per lane), compute each group's mean and biased variance in fp32 by
+#      two passes over registers (mean, then centred sum of squares) with warp-shuffle reductions,
+#      normalise (affine) and keep a running minimum; the block combines the warps' minima through
+#      shared memory (no atomics) and, after the barrier that follows all reads of the row, stores
+#      the row minimum into x[b, 0].
+#      * channels per group (cpg) in {4, 8, ..., 128}: a warp loads 8 x 128 consecutive floats; a
+#        group is held by an aligned segment of cpg/4 lanes (segmented shuffles).
+#      * cpg = 128*k, k <= 6: a warp takes a whole group, k float4s per lane.
+#      * anything else (cpg not a multiple of 4, other sizes, unaligned pointers): scalar fallback.
+#   2. broadcast: each thread gathers 4 row minima once and writes them + bias[c] for a slice of
+#      channels, each warp storing 512 contiguous bytes of one channel (full 128-byte lines,
+#      streaming stores); one entry per thread when B % 4 != 0.
 # Element-wise math follows PyTorch's CUDA kernels (rsqrtf, no --use_fast_math); the min propagates
 # NaN like torch.min.
 # Measured: see reference_solutions/RESULTS.md
@@ -37,20 +40,24 @@ cuda_source = r"""
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kRows = 8;                         // batch rows per block (8 floats = one sector)
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / kWarpSize;     // 32
-constexpr int kWarpsPerRow = kWarps / kRows;     // 4
+constexpr int kThreads = 256;                    // row-min kernel: one block per batch row
+constexpr int kWarpsPerRow = kThreads / kWarpSize;  // 8
 constexpr int kChunk = 4 * kWarpSize;            // floats covered by one float4 load of a warp
-constexpr int kSegLoads = 4;                     // float4 loads in flight per lane (segmented path)
+constexpr int kSegLoads = 8;                     // float4 loads in flight per lane (segmented path)
 constexpr int kMaxWarpLoads = 6;                 // register path up to 768 channels per group
-static_assert(kRows % 4 == 0 && kWarps % kRows == 0, "block shape");
+constexpr int kBcastThreads = 256;               // broadcast kernel: 4 batch entries per thread
+constexpr int kBcastChannelBlocks = 256;         // broadcast kernel: grid.y (channel slices)
 
+// Per-channel parameters (never written): read-only path.
 __device__ __forceinline__ float4 load4(const float* p) {
   return __ldg(reinterpret_cast<const float4*>(p));
 }
-__device__ __forceinline__ void store4(float* p, const float4& v) {
-  *reinterpret_cast<float4*>(p) = v;
+// The GEMM output (its first column is overwritten by the row minima): coherent streaming load.
+__device__ __forceinline__ float4 load4_stream(const float* p) {
+  return __ldcs(reinterpret_cast<const float4*>(p));
+}
+__device__ __forceinline__ void store4_stream(float* p, const float4& v) {
+  __stcs(reinterpret_cast<float4*>(p), v);
 }
 template <int kWidth>
 __device__ __forceinline__ float segment_sum(float v) {
@@ -89,7 +96,7 @@ __device__ __forceinline__ float min_norm4(float m, const float4& v, float mean,
 // segment of kLanes lanes. C is a multiple of cpg and chunk starts are multiples of 128, so a
 // segment is either wholly inside the row or wholly past its end.
 template <int kLanes>
-__device__ __forceinline__ float row_min_segmented(const float* __restrict__ xr,
+__device__ __forceinline__ float row_min_segmented(const float* xr,
                                                    const float* __restrict__ gamma,
                                                    const float* __restrict__ beta, int C, int wr,
                                                    float eps) {
@@ -103,7 +110,7 @@ __device__ __forceinline__ float row_min_segmented(const float* __restrict__ xr,
 #pragma unroll
     for (int i = 0; i < kSegLoads; ++i) {
       ok[i] = c0 + i * kChunk < C;
-      v[i] = ok[i] ? load4(xr + c0 + i * kChunk) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[i] = ok[i] ? load4_stream(xr + c0 + i * kChunk) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float mean[kSegLoads], rstd[kSegLoads];
 #pragma unroll
@@ -127,7 +134,7 @@ __device__ __forceinline__ float row_min_segmented(const float* __restrict__ xr,
 
 // cpg = 128 * kLoads: a warp per group, kLoads float4s per lane.
 template <int kLoads>
-__device__ __forceinline__ float row_min_warp(const float* __restrict__ xr,
+__device__ __forceinline__ float row_min_warp(const float* xr,
                                               const float* __restrict__ gamma,
                                               const float* __restrict__ beta, int G, int wr,
                                               float eps) {
@@ -138,7 +145,7 @@ __device__ __forceinline__ float row_min_warp(const float* __restrict__ xr,
     const int c0 = g * kCpg + 4 * lane;
     float4 v[kLoads];
 #pragma unroll
-    for (int k = 0; k < kLoads; ++k) v[k] = load4(xr + c0 + k * kChunk);
+    for (int k = 0; k < kLoads; ++k) v[k] = load4_stream(xr + c0 + k * kChunk);
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) s += sum4(v[k]);
@@ -158,7 +165,7 @@ __device__ __forceinline__ float row_min_warp(const float* __restrict__ xr,
 
 // Any cpg, any alignment: a warp per group, scalar accesses, three passes (the second and third
 // re-read the group from L1/L2).
-__device__ __forceinline__ float row_min_generic(const float* __restrict__ xr,
+__device__ __forceinline__ float row_min_generic(const float* xr,
                                                  const float* __restrict__ gamma,
                                                  const float* __restrict__ beta, int G, int cpg,
                                                  int wr, float eps) {
@@ -167,85 +174,79 @@ __device__ __forceinline__ float row_min_generic(const float* __restrict__ xr,
   for (int g = wr; g < G; g += kWarpsPerRow) {
     const int c0 = g * cpg;
     float s = 0.f;
-    for (int j = lane; j < cpg; j += kWarpSize) s += __ldg(xr + c0 + j);
+    for (int j = lane; j < cpg; j += kWarpSize) s += __ldcs(xr + c0 + j);
     const float mean = segment_sum<kWarpSize>(s) / static_cast<float>(cpg);
     float q = 0.f;
     for (int j = lane; j < cpg; j += kWarpSize) {
-      const float d = __ldg(xr + c0 + j) - mean;
+      const float d = __ldcs(xr + c0 + j) - mean;
       q += d * d;
     }
     const float rstd = rsqrtf(segment_sum<kWarpSize>(q) / static_cast<float>(cpg) + eps);
     for (int j = lane; j < cpg; j += kWarpSize) {
       const int c = c0 + j;
-      m = min_nan(m, norm1(__ldg(xr + c), mean, rstd, __ldg(gamma + c), __ldg(beta + c)));
+      m = min_nan(m, norm1(__ldcs(xr + c), mean, rstd, __ldg(gamma + c), __ldg(beta + c)));
     }
   }
   return m;
 }
 
-// kLanes > 0: segmented path; kLoads > 0: warp-per-group path; both 0: generic path.
+// Kernel 1. kLanes > 0: segmented path; kLoads > 0: warp-per-group path; both 0: generic path.
+// One block per batch row b: its 8 warps split the row's groups, each keeps a running minimum of
+// the normalised values; the block combines them through shared memory and thread 0 stores the
+// row minimum into x[b, 0] (the GEMM output is a temporary this op owns). Only this block reads
+// row b, and it writes x[b, 0] after the barrier that follows every read of the row.
 template <int kLanes, int kLoads>
 __global__ void __launch_bounds__(kThreads)
-group_norm_min_bias_kernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                           const float* __restrict__ beta, const float* __restrict__ bias,
-                           float* __restrict__ out, const int B, const int C, const int G,
-                           const float eps, const bool vector_store) {
-  __shared__ float partial[kWarps];
-  __shared__ float row_min[kRows];
-  const int warp = threadIdx.x / kWarpSize;
+group_norm_row_min_kernel(float* x, const float* __restrict__ gamma,
+                          const float* __restrict__ beta, const int C, const int G,
+                          const float eps) {
+  __shared__ float partial[kWarpsPerRow];
+  const int wr = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x & (kWarpSize - 1);
-  const int r = warp / kWarpsPerRow;
-  const int wr = warp % kWarpsPerRow;
-  const int b0 = blockIdx.x * kRows;
-
-  // Phase 1: minimum over the row of the normalised values.
-  float m = INFINITY;
-  if (b0 + r < B) {  // warp-uniform
-    const float* xr = x + static_cast<int64_t>(b0 + r) * C;
-    if constexpr (kLanes > 0) {
-      m = row_min_segmented<kLanes>(xr, gamma, beta, C, wr, eps);
-    } else if constexpr (kLoads > 0) {
-      m = row_min_warp<kLoads>(xr, gamma, beta, G, wr, eps);
-    } else {
-      m = row_min_generic(xr, gamma, beta, G, C / G, wr, eps);
-    }
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * C;
+  float m;
+  if constexpr (kLanes > 0) {
+    m = row_min_segmented<kLanes>(xr, gamma, beta, C, wr, eps);
+  } else if constexpr (kLoads > 0) {
+    m = row_min_warp<kLoads>(xr, gamma, beta, G, wr, eps);
+  } else {
+    m = row_min_generic(xr, gamma, beta, G, C / G, wr, eps);
   }
   m = warp_min(m);
-  if (lane == 0) partial[warp] = m;
+  if (lane == 0) partial[wr] = m;
   __syncthreads();
-  if (threadIdx.x < kRows) {
-    float mm = partial[threadIdx.x * kWarpsPerRow];
+  if (threadIdx.x == 0) {
+    float mm = partial[0];
 #pragma unroll
-    for (int w = 1; w < kWarpsPerRow; ++w) mm = min_nan(mm, partial[threadIdx.x * kWarpsPerRow + w]);
-    row_min[threadIdx.x] = mm;
+    for (int w = 1; w < kWarpsPerRow; ++w) mm = min_nan(mm, partial[w]);
+    xr[0] = mm;
   }
-  __syncthreads();
+}
 
-  // Phase 2: out[0, c, b, 0] = row_min[b] + bias[c] for b in [b0, b0 + kRows).
+// Kernel 2: out[0, c, b, 0] = rowmin[b] + bias[c], rowmin[b] read from x[b, 0] (strided gather,
+// once per thread). Thread t of block (bx, by) owns batch entries 4t..4t+3 of its 1024-entry slice
+// and writes them for channels by, by + grid.y, ...: each warp stores 512 contiguous bytes of one
+// channel (full 128-byte lines, streaming stores). Scalar variant (one entry per thread) when
+// B % 4 != 0 or the output is not 16-byte aligned.
+template <bool kVector>
+__global__ void __launch_bounds__(kBcastThreads)
+min_bias_broadcast_kernel(const float* x, const float* __restrict__ bias, float* __restrict__ out,
+                          const int B, const int C) {
+  constexpr int kPer = kVector ? 4 : 1;
+  const int b = (blockIdx.x * kBcastThreads + threadIdx.x) * kPer;
+  if (b >= B) return;
   const int64_t ld = B;  // stride between channels of the (1, C, B, 1) output
-  if (vector_store && b0 + kRows <= B) {
-    constexpr int kQuads = kRows / 4;
-    float4 rm[kQuads];
-#pragma unroll
-    for (int q = 0; q < kQuads; ++q)
-      rm[q] = make_float4(row_min[4 * q], row_min[4 * q + 1], row_min[4 * q + 2], row_min[4 * q + 3]);
-    for (int i = threadIdx.x; i < C * kQuads; i += kThreads) {
-      const int c = i / kQuads;
-      const int q = i - c * kQuads;
+  if constexpr (kVector) {
+    const float4 rm = make_float4(x[static_cast<int64_t>(b) * C], x[static_cast<int64_t>(b + 1) * C],
+                                  x[static_cast<int64_t>(b + 2) * C],
+                                  x[static_cast<int64_t>(b + 3) * C]);
+    for (int c = blockIdx.y; c < C; c += gridDim.y) {
       const float bc = __ldg(bias + c);
-      float4 o = rm[0];
-#pragma unroll
-      for (int k = 1; k < kQuads; ++k)
-        if (q == k) o = rm[k];
-      store4(out + c * ld + b0 + 4 * q, make_float4(o.x + bc, o.y + bc, o.z + bc, o.w + bc));
+      store4_stream(out + c * ld + b, make_float4(rm.x + bc, rm.y + bc, rm.z + bc, rm.w + bc));
     }
   } else {
-    const int rows = min(kRows, B - b0);
-    for (int i = threadIdx.x; i < C * kRows; i += kThreads) {
-      const int c = i / kRows;
-      const int rr = i - c * kRows;
-      if (rr < rows) out[c * ld + b0 + rr] = row_min[rr] + __ldg(bias + c);
-    }
+    const float rm = x[static_cast<int64_t>(b) * C];
+    for (int c = blockIdx.y; c < C; c += gridDim.y) out[c * ld + b] = rm + __ldg(bias + c);
   }
 }
 
@@ -270,7 +271,7 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
   TORCH_CHECK(num_groups > 0 && C % num_groups == 0, "fused_epilogue: features (", C,
               ") must be divisible by num_groups (", num_groups, ")");
   TORCH_CHECK(C <= (int64_t{1} << 26), "fused_epilogue: too many features (", C, ")");
-  TORCH_CHECK(B <= INT32_MAX - kRows, "fused_epilogue: batch too large (", B, ")");
+  TORCH_CHECK(B <= INT32_MAX - 4 * kBcastThreads, "fused_epilogue: batch too large (", B, ")");
   check_input(gamma, "gamma");
   check_input(beta, "beta");
   check_input(bias, "bias");
@@ -291,11 +292,10 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
   const int64_t cpg = C / num_groups;
   const int64_t lanes = cpg / 4;
   const bool vector_load = aligned16(x.data_ptr()) && aligned16(gamma.data_ptr()) &&
-                           aligned16(beta.data_ptr());
+                           aligned16(beta.data_ptr()) && C % 4 == 0;
   const bool vector_store = (B % 4 == 0) && aligned16(out.data_ptr());
-  const unsigned int grid = static_cast<unsigned int>((B + kRows - 1) / kRows);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const float* xp = x.data_ptr<float>();
+  float* xp = x.data_ptr<float>();
   const float* gp = gamma.data_ptr<float>();
   const float* bp = beta.data_ptr<float>();
   const float* biasp = bias.data_ptr<float>();
@@ -303,9 +303,10 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
   const int Bi = static_cast<int>(B), Ci = static_cast<int>(C), Gi = static_cast<int>(num_groups);
   const float epsf = static_cast<float>(eps);
 
+  // Kernel 1: row minima into x[:, 0] (x is overwritten; the caller passes its GEMM temporary).
+  const unsigned int rows = static_cast<unsigned int>(B);
 #define KH_LAUNCH(L, K)                                                                          \
-  group_norm_min_bias_kernel<L, K><<<grid, kThreads, 0, stream>>>(xp, gp, bp, biasp, op, Bi, Ci, \
-                                                                  Gi, epsf, vector_store)
+  group_norm_row_min_kernel<L, K><<<rows, kThreads, 0, stream>>>(xp, gp, bp, Ci, Gi, epsf)
   if (vector_load && cpg % 4 == 0 && lanes <= kWarpSize && (lanes & (lanes - 1)) == 0) {
     switch (lanes) {
       case 1: KH_LAUNCH(1, 0); break;
@@ -328,6 +329,17 @@ torch::Tensor fused_epilogue(torch::Tensor x, torch::Tensor gamma, torch::Tensor
     KH_LAUNCH(0, 0);
   }
 #undef KH_LAUNCH
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+
+  // Kernel 2: the (1, C, B, 1) output, written once with coalesced stores.
+  const int per = vector_store ? 4 : 1;
+  const dim3 grid(static_cast<unsigned int>((B + per * kBcastThreads - 1) / (per * kBcastThreads)),
+                  static_cast<unsigned int>(C < kBcastChannelBlocks ? C : kBcastChannelBlocks));
+  if (vector_store) {
+    min_bias_broadcast_kernel<true><<<grid, kBcastThreads, 0, stream>>>(xp, biasp, op, Bi, Ci);
+  } else {
+    min_bias_broadcast_kernel<false><<<grid, kBcastThreads, 0, stream>>>(xp, biasp, op, Bi, Ci);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
