@@ -43,15 +43,11 @@ REPO = Path(__file__).resolve().parent.parent
 PROBLEMS_DIR = REPO / "harness" / "problems" / "kernelbench" / "level2"
 SOLUTIONS_DIR = REPO / "reference_solutions"
 
-# id -> module-constant overrides of the "small" size (KernelBench v0 scale, as in the harness catalog).
-SMALL = {
-    "75": dict(batch_size=128, in_features=256, out_features=256, num_groups=8, bias_shape=[1, 256, 1, 1]),
-    "62": dict(batch_size=128, input_size=256, hidden_size=256, num_groups=8),
-    "37": dict(batch_size=256, in_features=128, out_features=256, num_groups=8, bias_shape=[256]),
-    "94": dict(batch_size=128, in_features=256, out_features=256, bias_shape=[256], num_groups=8),
-    "30": dict(batch_size=128, in_features=256, out_features=256, num_groups=4),
-    "88": dict(batch_size=128, in_features=256, out_features=256, num_groups=8, multiply_weight_shape=[256]),
-}
+# id -> module-constant overrides of the "small" size: the harness catalog's (which imports no torch).
+sys.path.insert(0, str(REPO))
+from harness.problems.catalog import builtin_problems  # noqa: E402
+
+SMALL = {spec.kernelbench_id.split("/")[1]: spec.size("small").overrides for spec in builtin_problems()}
 ORDER = ["75", "62", "37", "94", "30", "88"]
 
 ATOL = RTOL = 1e-4

@@ -80,8 +80,9 @@ def render(bench: dict, harness_runs: list[dict]) -> str:
             med = h.get("candidate_ms_median")
             ratio = med / prof - 1 if med and prof else None
             out.append(f"| level2/{r['id']} | {verdicts} ({len(h['runs'])}) | {_f(med)} | "
-                       f"{_f(h.get('speedup_median'), '{:.3f}x')} | {_f((h.get('speedup_spread') or 0) * 100, '{:.2f}%')}"
-                       f" | {_f(prof)} | {_f(ratio * 100 if ratio is not None else None, '{:+.2f}%')} |")
+                       f"{_f(h.get('speedup_median'), '{:.3f}x')} | "
+                       f"{_f((h.get('speedup_spread') or 0) * 100, '{:.2f}%')} | {_f(prof)} | "
+                       f"{_f(ratio * 100 if ratio is not None else None, '{:+.2f}%')} |")
     return "\n".join(out) + "\n"
 
 
