@@ -221,3 +221,15 @@ def test_a_broken_problem_file_is_infra_error_not_the_submissions_fault(settings
     r = evaluate(spec, (SUBMISSIONS / "l30_pytorch_correct.py").read_text(), EvalOptions(device="cpu"), settings)
     assert r.verdict == Verdict.infra_error and not r.verdict.is_submission_fault
     assert "get_inputs" in r.message + r.log_excerpt
+
+
+@pytest.mark.parametrize("problem", ["level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"])
+def test_every_builtin_problem_passes_its_own_reference_renamed_modelnew_on_cpu(settings, problem):
+    from harness.problems import get_registry
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    spec = get_registry().get(problem)
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, source, EvalOptions(device="cpu", size="small"), settings)
+    assert r.verdict == Verdict.passed, r.message
+    assert r.problem.size == "small" and r.speedup_vs_eager is not None
