@@ -130,6 +130,12 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     return _passed(obs, tol)
 
 
+def correct_so_far(obs: Observations, tol: Tolerance) -> bool:
+    """Right answers, whatever the static pre-check says: such a candidate is still timed and checked,
+    so a submission held for review carries its figures."""
+    return grade(obs.model_copy(update={"static_findings": []}), tol).verdict == Verdict.passed
+
+
 def _grade_trial(i: int, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance) -> Grade | None:
     if structure_error:
         return Grade(Verdict.shape_mismatch, f"trial {i}: {structure_error}")
@@ -157,6 +163,11 @@ def _grade_trial(i: int, structure_error: str | None, outputs: list[OutputFigure
 
 
 def _passed(obs: Observations, tol: Tolerance) -> Grade:
+    if obs.static_findings:  # right answers, suspicious means: held for review, never ranked
+        flags = [Flag(check=f"static:{f.rule}", detail=f"line {f.line}: {f.detail}") for f in obs.static_findings]
+        rules = sorted({f.rule for f in obs.static_findings})
+        return Grade(Verdict.flagged, f"correct, but the static pre-check flagged: {', '.join(rules)}",
+                     "\n".join(f"{f.check} {f.detail}" for f in flags), flags=flags)
     figs = [o for t in obs.trials for o in t.outputs]
     max_abs = max((o.max_abs_err or 0.0 for o in figs), default=0.0)
     flags: list[Flag] = []

@@ -119,10 +119,17 @@ class StateDictCopy(BaseModel):
     not_copied: list[str] = Field(default_factory=list)  # candidate keys with no same-name/shape twin
 
 
+class StaticFinding(BaseModel):
+    rule: str
+    line: int
+    detail: str
+
+
 class Observations(BaseModel):
     """Everything grading needs, all raw."""
 
     static_error: str | None = None
+    static_findings: list[StaticFinding] = Field(default_factory=list)
     reference_error: str | None = None  # the trusted side failed: infra_error
     candidate_exit: ChildExit | None = None
     candidate_error: ChildError | None = None

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness import artifacts, grading
+from harness import artifacts, grading, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
@@ -48,13 +48,14 @@ from harness.schema import (
     ProblemRef,
     Provenance,
     StateDictCopy,
+    StaticFinding,
     TimedOutputCheck,
     TimingStats,
     Tolerance,
     TrialFigures,
 )
 from harness.submission import InvalidSubmission, check_constructor, extract
-from harness.verdicts import Phase, Verdict
+from harness.verdicts import Phase
 
 _PROBE_TIMEOUT_S = 120.0
 _TIMED_CHECKS = 10  # timed calls whose outputs are re-checked, chosen at random after the calls
@@ -128,6 +129,8 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     sha = sub.sha256 if sub else hashlib.sha256(text.encode(errors="replace")).hexdigest()
 
     if sub is not None:
+        obs.static_findings = [StaticFinding(rule=f.rule, line=f.line, detail=f.detail)
+                               for f in static_checks.check(sub.source)]
         try:
             provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
         except Exception as e:  # the harness's own failure (disk full, a bug): a verdict, never a lost job
@@ -204,13 +207,13 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 obs.trials = [TrialFigures.model_validate(t) for t in judged["trials"]]
                 if judged.get("determinism") is not None:
                     obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
-                return timing_cfg is not None and grading.grade(obs, tolerance).verdict == Verdict.passed
+                return timing_cfg is not None and grading.correct_so_far(obs, tolerance)
 
             timed_prints = _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials,
                                           timing_cfg, exchange, cand_home, job, obs, judge)
             check = obs.timed_outputs
             if check is not None and check.reported == check.expected and \
-                    grading.grade(obs, tolerance).verdict == Verdict.passed:
+                    grading.correct_so_far(obs, tolerance):
                 # Which timed calls are checked is decided only now, after they all ran.
                 check.checked = sorted(random.sample(range(check.expected), min(_TIMED_CHECKS, check.expected)))
                 checked = trusted.call(CheckTimedCommand(
@@ -220,7 +223,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 check.mismatches = list(checked["mismatches"])
             # Time the reference only for a candidate that passed and was timed: most submissions are not.
             if timing_cfg is not None and obs.candidate_timing is not None and \
-                    grading.grade(obs, tolerance).verdict == Verdict.passed:
+                    grading.correct_so_far(obs, tolerance):
                 mode = options.compile_baseline or settings.compile_baseline
                 timed = trusted.call(TimeReferenceCommand(
                     timing=timing_cfg, compile_baseline=(mode == "on" or (mode == "auto" and device == "cuda")),

@@ -29,3 +29,34 @@ def test_honest_model_passes_the_timed_output_check(run_fixture):
     assert r.verdict == Verdict.passed, r.message
     check = r.observations.timed_outputs
     assert check.reported == check.expected and check.checked and not check.mismatches
+
+
+def test_patching_the_timers_is_flagged_by_the_static_precheck(settings):
+    r = _run(settings, "level2/30", "timer_patch.py")
+    assert r.verdict == Verdict.flagged, r.message
+    assert {f.check for f in r.flags} == {"static:monkey_patch"}
+    assert "torch.cuda.Event.elapsed_time" in r.log_excerpt and "time.perf_counter_ns" in r.log_excerpt
+    # The harness's own timer was captured before the import: the timing is still real.
+    assert r.observations.candidate_timing.median_ms > 0.001
+
+
+def test_walking_the_callers_frames_is_flagged_and_finds_nothing(settings):
+    r = _run(settings, "level2/30", "frame_walk.py")
+    assert r.verdict == Verdict.flagged and {f.check for f in r.flags} == {"static:introspection"}
+
+
+def test_static_precheck_passes_every_honest_fixture_and_reference_solution():
+    from harness.static_checks import check
+
+    root = Path(__file__).parents[2]
+    honest = [p for p in (root / "tests" / "fixtures" / "submissions").glob("*correct*.py")]
+    honest += list((root / "reference_solutions").glob("level2_*.py"))
+    assert len(honest) >= 9
+    for path in honest:
+        assert check(path.read_text()) == [], path.name
+
+
+def test_a_structural_failure_is_not_hidden_behind_a_static_flag(run_fixture):
+    r = run_fixture("level2/30", "l30_hang_forward.py", run_timeout_s=5)  # imports subprocess, then hangs
+    assert r.verdict == Verdict.timeout
+    assert [f.rule for f in r.observations.static_findings] == ["subprocess"]
