@@ -8,13 +8,8 @@
 #   python benchmarks/render_results.py bench.json harness-*.json > reference_solutions/RESULTS.md
 # The two GPU stages are separate calls because each fits the device tool's 10-minute limit.
 set -uo pipefail
-OUT=${OUT:-./device-out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
+. "$(dirname "$0")/../scripts/device-env.sh"
+export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
 stage=$1; shift
 case "$stage" in
   bench)

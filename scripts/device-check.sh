@@ -2,13 +2,8 @@
 # On a GPU host with a preinstalled CUDA torch (the lent H100): install carried wheels if any, then
 # run the gpu-marked tests and one full-size evaluation of level2/75. Logs land in $OUT (or ./device-out).
 set -uo pipefail
-OUT=${OUT:-./device-out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HARNESS_DATA_DIR=/tmp/kh-data
+. "$(dirname "$0")/../scripts/device-env.sh"
+export HARNESS_DATA_DIR=/tmp/kh-data
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 what=${1:-all}

@@ -2,14 +2,8 @@
 # End-to-end on a GPU host: `harness serve` (SQLite, embedded worker), submit over HTTP, read verdicts back.
 # Wheels for what the host lacks are carried in .whl/ and .whl-svc/ (not committed; see README).
 set -uo pipefail
-OUT=${OUT:-./device-out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    $(ls .whl-svc/*.whl 2>/dev/null) || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HARNESS_DATA_DIR=/tmp/kh-serve
+. "$(dirname "$0")/../scripts/device-env.sh"
+export HARNESS_DATA_DIR=/tmp/kh-serve
 PORT=8123
 python3 -m harness serve --port $PORT > "$OUT/serve.log" 2>&1 &
 SERVE=$!
