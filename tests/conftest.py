@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def required_capabilities() -> set[str]:
+    """What this run must not skip: HARNESS_TEST_REQUIRE=browser,postgres (CI sets it, see .ci/run)."""
+    return {c.strip() for c in os.environ.get("HARNESS_TEST_REQUIRE", "").split(",") if c.strip()}
+
+
+def skip_or_fail(capability: str, reason: str):
+    """Skip a test whose system dependency is missing, unless the run requires that capability."""
+    if capability in required_capabilities():
+        pytest.fail(f"HARNESS_TEST_REQUIRE names {capability!r} but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
