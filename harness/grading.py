@@ -19,6 +19,20 @@ PRECISION_FLOOR = 1e-5
 
 _EXCERPT_LINES = 30
 
+# The parent's envelope of the timing phase contradicts a report whose total (mean x calls) is below
+# this share of the total it implies, less this slack in ms. Both are wide on purpose: host noise
+# (another process, a page fault, the GC) only ever lengthens the parent's wall clock, so a tight
+# bound flags honest kernels on a busy host. It catches gross forgery (a report of a quarter or less
+# of the real time, 50 ms or more in all); finer forgery first has to get past the timing primitives
+# captured before the import and the static pre-check.
+ENVELOPE_FACTOR = 0.25
+ENVELOPE_SLACK_MS = 50.0
+# A median below this share of the speed-of-light floor is physically impossible (the floor uses
+# measured peaks, which real kernels rarely beat by more than measurement noise).
+SOL_FACTOR = 0.8
+# A speedup beyond this over torch.compile is held for a person to look at before it is ranked.
+REVIEW_SPEEDUP_VS_COMPILE = 10.0
+
 
 @dataclass
 class Grade:
@@ -81,12 +95,20 @@ def _speedup(base: TimingStats | None, cand: TimingStats | None) -> float | None
     return base.median_ms / cand.median_ms
 
 
+def _flagged(check: str, message: str, detail: str) -> Grade:
+    return Grade(Verdict.flagged, message, detail, flags=[Flag(check=check, detail=detail)])
+
+
 def grade(obs: Observations, tol: Tolerance) -> Grade:
     if obs.static_error:
         return Grade(Verdict.invalid_submission, obs.static_error)
     if obs.reference_error:
         return Grade(Verdict.infra_error, "the harness's reference side failed: " + obs.reference_error.splitlines()[0],
                      _tail(obs.reference_error))
+    if obs.protocol_violations:
+        detail = "; ".join(obs.protocol_violations)
+        return _flagged("protocol", "the candidate's process broke the harness's message protocol (submission code "
+                        f"wrote to the result channel?): {obs.protocol_violations[0]}", detail)
     err, ex = obs.candidate_error, obs.candidate_exit
     if err is not None:
         verdict = classify_exception(err.phase, err.exc_type, err.message)
@@ -113,7 +135,8 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     if len(obs.trials) < obs.trials_expected:
         return Grade(Verdict.infra_error, f"only {len(obs.trials)} of {obs.trials_expected} trials were judged")
     for trial in obs.trials:
-        g = _grade_trial(trial.trial, trial.structure_error, trial.outputs, tol)
+        label = str(trial.trial) if trial.inputs == "get_inputs" else f"{trial.trial} ({trial.inputs} inputs)"
+        g = _grade_trial(label, trial.structure_error, trial.outputs, tol)
         if g is not None:
             return g
     timed = obs.timed_outputs
@@ -122,6 +145,16 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
             f"the candidate reported {timed.reported} output fingerprints for {timed.expected} timed calls")
         return Grade(Verdict.flagged, "outputs of timed calls differ from the reference: the fast path that was timed "
                      "is not the one that was checked", detail, flags=[Flag(check="timed_outputs", detail=detail)])
+    if obs.outputs_changed:
+        detail = ", ".join(obs.outputs_changed)
+        return _flagged("deferred_output", "the output changed after forward returned (" + detail + "): work left "
+                        "running on another stream or thread, outside the call", detail)
+    if obs.inputs_mutated:
+        detail = "; ".join(obs.inputs_mutated)
+        return _flagged("input_mutation", "forward changed its inputs (" + detail + ")", detail)
+    g = _timing_integrity(obs)
+    if g is not None:
+        return g
     det = obs.determinism
     if det is not None and not det.bitwise_equal and (det.max_rel_diff is None or det.max_rel_diff > tol.atol):
         diff = "different structure" if det.max_rel_diff is None else f"max |o1-o2|/(1+|o2|) = {det.max_rel_diff:.3g}"
@@ -130,13 +163,30 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     return _passed(obs, tol)
 
 
+def _timing_integrity(obs: Observations) -> Grade | None:
+    """The candidate's timing report against what the parent saw from outside."""
+    ct, env = obs.candidate_timing, obs.envelope
+    if ct is None or env is None:
+        return None
+    if ct.n != env.calls:
+        return _flagged("timing_envelope", f"the timing report covers {ct.n} calls, the harness asked for {env.calls}",
+                        f"n = {ct.n}, calls = {env.calls}")
+    implied = env.implied_ms()
+    if implied is not None and ct.mean_ms * env.calls < ENVELOPE_FACTOR * implied * env.calls - ENVELOPE_SLACK_MS:
+        detail = (f"reported mean {ct.mean_ms:.4g} ms; the harness's own clock saw {env.wall_ms:.1f} ms for "
+                  f"{env.calls} calls whose loop costs {env.loop_ms:.4g} ms each without the call: "
+                  f"{implied:.4g} ms per call")
+        return _flagged("timing_envelope", "the reported time is contradicted by the harness's own clock", detail)
+    return None
+
+
 def correct_so_far(obs: Observations, tol: Tolerance) -> bool:
     """Right answers, whatever the static pre-check says: such a candidate is still timed and checked,
     so a submission held for review carries its figures."""
     return grade(obs.model_copy(update={"static_findings": []}), tol).verdict == Verdict.passed
 
 
-def _grade_trial(i: int, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance) -> Grade | None:
+def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance) -> Grade | None:
     if structure_error:
         return Grade(Verdict.shape_mismatch, f"trial {i}: {structure_error}")
     for o in outputs:
@@ -168,19 +218,34 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
         rules = sorted({f.rule for f in obs.static_findings})
         return Grade(Verdict.flagged, f"correct, but the static pre-check flagged: {', '.join(rules)}",
                      "\n".join(f"{f.check} {f.detail}" for f in flags), flags=flags)
+    s_eager = _speedup(obs.eager_timing, obs.candidate_timing)
+    s_compile = _speedup(obs.compile_timing, obs.candidate_timing)
+    sol, ct = obs.speed_of_light, obs.candidate_timing
+    if sol is not None and ct is not None and ct.median_ms < SOL_FACTOR * sol.floor_ms():
+        detail = (f"median {ct.median_ms:.4g} ms, the floor {sol.floor_ms():.4g} ms ({sol.flops or 0:.3g} FLOP at "
+                  f"{sol.flops_per_s / 1e12:.0f} TFLOP/s, {sol.min_bytes or 0:.3g} B at "
+                  f"{sol.bytes_per_s / 1e9:.0f} GB/s)")
+        return _flagged("speed_of_light", "the reported time is below what this GPU can physically do", detail)
+    if s_compile is not None and s_compile > REVIEW_SPEEDUP_VS_COMPILE:
+        detail = f"{s_compile:.1f}x vs torch.compile (over {REVIEW_SPEEDUP_VS_COMPILE:g}x)"
+        return _flagged("review_speedup", f"correct, {detail}: held for review before it is ranked", detail)
     figs = [o for t in obs.trials for o in t.outputs]
     max_abs = max((o.max_abs_err or 0.0 for o in figs), default=0.0)
     flags: list[Flag] = []
+    if obs.kernels is not None and obs.kernels.names is not None and not obs.kernels.custom:
+        shown = ", ".join(obs.kernels.names[:5]) or "none"
+        flags.append(Flag(check="no_custom_kernel", detail=f"forward launched only library kernels ({shown}): "
+                          "passed, not ranked"))
     cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
     ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
     if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:
         flags.append(Flag(check="precision_below_fp32", detail=f"error vs float64 {cand:.3g}, the fp32 reference's "
                           f"{ref:.3g}: lower-precision arithmetic (TF32, bf16, fast math)"))
-    parts = [f"{len(obs.trials)} trials within {tol}, max abs err {max_abs:.3g}"]
+    extra = sum(t.inputs != "get_inputs" for t in obs.trials)
+    parts = [f"{len(obs.trials)} trials within {tol}" + (f" ({extra} on other inputs)" if extra else "")
+             + f", max abs err {max_abs:.3g}"]
     if obs.state_dict is not None and obs.state_dict.copied:
         parts.append(f"reference parameters copied into {len(obs.state_dict.copied)} tensors")
-    s_eager = _speedup(obs.eager_timing, obs.candidate_timing)
-    s_compile = _speedup(obs.compile_timing, obs.candidate_timing)
     if s_eager is not None:
         parts.append(f"{s_eager:.3f}x vs eager")
     if s_compile is not None:

@@ -34,10 +34,15 @@ class Scored(BaseModel):
     speedup_vs_compile: float | None = None
     candidate_ms: float | None = None
     created_at: datetime | None = None
+    unranked: bool = False  # passed, but carries a flag that keeps it off the leaderboard (no_custom_kernel)
 
     @property
     def correct(self) -> bool:
         return self.verdict == "passed"
+
+    @property
+    def rankable(self) -> bool:
+        return self.correct and not self.unranked
 
     def speedup(self, baseline: Baseline) -> float | None:
         return self.speedup_vs_eager if baseline == "eager" else self.speedup_vs_compile
@@ -84,7 +89,8 @@ def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | No
 
 
 def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:
-    """Best passing result per problem and submitter+model, ranked within each problem.
+    """Best passing result per problem and submitter+model, ranked within each problem. A passed
+    result flagged `no_custom_kernel` counts for fast_p (it is correct) but is not ranked.
 
     Give it results of one device class: CPU and GPU speedups are not comparable.
     """
@@ -93,7 +99,7 @@ def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list
         groups[(s.problem_id, s.submitter, s.model)].append(s)
     per_problem: dict[str, list[tuple[Scored, int]]] = defaultdict(list)
     for (problem, _, _), group in groups.items():
-        top = best([s for s in group if s.correct], baseline)
+        top = best([s for s in group if s.rankable], baseline)
         if top is not None:
             per_problem[problem].append((top, len(group)))
     rows: list[LeaderboardRow] = []

@@ -58,6 +58,7 @@ class OutputFigures(BaseModel):
 
 class TrialFigures(BaseModel):
     trial: int
+    inputs: str = "get_inputs"  # or the extra trial's distribution, e.g. "randn*2+0.5"
     structure_error: str | None = None  # e.g. "expected a Tensor, got tuple"
     outputs: list[OutputFigures] = Field(default_factory=list)
 
@@ -72,12 +73,14 @@ class DeterminismFigures(BaseModel):
 class TimingStats(BaseModel):
     clock: Literal["cuda_event", "perf_counter"]
     n: int
-    median_ms: float
+    median_ms: float  # the raw median less overhead_ms (see harness/sandbox/timing.py)
+    raw_median_ms: float | None = None
     mean_ms: float
     min_ms: float
     max_ms: float
     std_ms: float
     overhead_ms: float | None = None  # median of the same loop with an empty call
+    loop_wall_ms: float | None = None  # host wall ms per call of the whole timed loop
 
 
 class ChildExit(BaseModel):
@@ -114,6 +117,45 @@ class TimedOutputCheck(BaseModel):
     mismatches: list[str] = Field(default_factory=list)
 
 
+class KernelTrace(BaseModel):
+    """The GPU kernels one forward launched (the torch profiler, in the candidate's process), split by
+    the parent into the submission's own and the libraries' (PyTorch, cuBLAS, cuDNN, inductor)."""
+
+    names: list[str] | None = None
+    custom: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class TimingEnvelope(BaseModel):
+    """The parent's own clock around the candidate's timing phase, and what it implies per call."""
+
+    wall_ms: float  # from sending the timed inputs' seed to receiving the candidate's timing report
+    calls: int
+    overhead_calls: int  # the empty calls that measure the overhead, also inside the envelope
+    loop_ms: float | None = None  # the trusted side's wall ms per call of the same loop around a free call
+
+    def implied_ms(self) -> float | None:
+        """An estimate of the candidate's mean time per call that its report must not undercut: the
+        envelope less the loop's own cost for every call in it (the empty calls are charged as if
+        fingerprinted too, so the estimate errs low)."""
+        if self.loop_ms is None:
+            return None
+        return max(self.wall_ms - (self.calls + self.overhead_calls) * self.loop_ms, 0.0) / self.calls
+
+
+class SpeedOfLight(BaseModel):
+    """The problem's physical floor on this GPU: its FLOPs at the measured dense bf16 tensor-core rate,
+    or its minimum bytes at the measured memory bandwidth, whichever is longer."""
+
+    flops: float | None = None
+    min_bytes: float | None = None
+    flops_per_s: float
+    bytes_per_s: float
+
+    def floor_ms(self) -> float:
+        return 1e3 * max((self.flops or 0.0) / self.flops_per_s, (self.min_bytes or 0.0) / self.bytes_per_s)
+
+
 class StateDictCopy(BaseModel):
     copied: list[str] = Field(default_factory=list)
     not_copied: list[str] = Field(default_factory=list)  # candidate keys with no same-name/shape twin
@@ -143,6 +185,13 @@ class Observations(BaseModel):
     compile_timing: TimingStats | None = None
     compile_baseline_error: str | None = None
     state_dict: StateDictCopy | None = None
+    # Claims of the candidate's own process about its correctness calls (see child.checked_call).
+    outputs_changed: list[str] = Field(default_factory=list)  # trials whose output changed after return
+    inputs_mutated: list[str] = Field(default_factory=list)  # "trial 2: input 0"
+    kernels: KernelTrace | None = None
+    protocol_violations: list[str] = Field(default_factory=list)
+    envelope: TimingEnvelope | None = None
+    speed_of_light: SpeedOfLight | None = None
     log_tail: str = ""
 
 

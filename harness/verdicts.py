@@ -57,3 +57,7 @@ def classify_exception(phase: Phase, exc_type: str, message: str) -> Verdict:
     if phase == Phase.compile and _BUILD_FAILURE.search(message):
         return Verdict.compile_error
     return Verdict.runtime_error
+
+
+# Flags on a passed result that keep it off the leaderboard: it is correct, but not a kernel of its own.
+UNRANKED_CHECKS = frozenset({"no_custom_kernel"})

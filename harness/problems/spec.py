@@ -35,6 +35,8 @@ class ProblemSpec(BaseModel):
     run_timeout_s: float = 300.0  # correctness trials and timing
     sizes: dict[str, SizeVariant] = Field(default_factory=lambda: {"default": SizeVariant()})
     init_arg_names: list[str] = Field(default_factory=list)
+    # One more correctness trial on randn*2+0.5 inputs (negative, above 1); off where the op has a domain.
+    extra_distribution: bool = True
 
     def size(self, name: str) -> SizeVariant:
         try:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from harness.sandbox import problem_module, timing, torchflags
-from harness.sandbox.protocol import CandidateRequest, Channel
+from harness.sandbox.protocol import CandidateRequest, Channel, TimeCommand, WarmupCommand
 from harness.verdicts import Phase
 
 
@@ -45,12 +45,81 @@ def copy_matching_state(model: torch.nn.Module, reference: dict[str, torch.Tenso
 
 
 def _saveable(out: Any) -> Any:
-    """Tensors (or sequences of them) are saved as they are; anything else as a description."""
+    """Plain tensors (or sequences of them) are saved as they are; anything else, a tensor subclass
+    included (it could compute lazily, or lie, when saved), as a description the judge rejects."""
+    if type(out) is torch.Tensor:
+        return out
+    if isinstance(out, (tuple, list)) and all(type(o) is torch.Tensor for o in out):
+        return out
     if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-        return out
+        return f"<{type(out).__name__} (a torch.Tensor subclass)>"
     return f"<{type(out).__name__}>"
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [o for o in obj if isinstance(o, torch.Tensor)]
+    return []
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.nan_to_num(), b.nan_to_num())))
+
+
+def poison_allocator(device: torch.device, inputs: list[Any]) -> None:
+    """Fill the CUDA caching allocator's free memory with 0xFF bytes (NaN in every float dtype), so a
+    kernel that leaves part of a fresh `torch.empty` unwritten returns NaN there instead of whatever
+    an earlier tensor left behind. CUDA only: host malloc gives no such hook."""
+    if device.type != "cuda":
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # free blocks holding stale tensors go back to the driver first
+    in_bytes = sum(t.numel() * t.element_size() for t in _tensors(inputs))
+    free, _ = torch.cuda.mem_get_info(device)
+    big = min(max(256 << 20, 4 * in_bytes), free // 4)
+    blocks = [torch.empty(big, dtype=torch.uint8, device=device)]
+    blocks += [torch.empty(512 << 10, dtype=torch.uint8, device=device) for _ in range(16)]  # small pool
+    for b in blocks:
+        b.fill_(0xFF)
+    torch.cuda.synchronize(device)
+    del blocks
+
+
+def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device, chan: Channel,
+                 trial: int | None) -> Any:
+    """One correctness call, watched: allocator poisoned before it; the inputs compared with a copy
+    after it; the output snapshotted in stream order right after it returns and compared again
+    after a device-wide sync and a pause, so work left running on another stream or thread shows."""
+    poison_allocator(device, inputs)
+    before = [t.clone() for t in _tensors(inputs)]
+    out = model(*inputs)
+    snapshot = [t.clone() for t in _tensors(out)]  # queued on the current stream: sees its order only
+    problem_module.synchronize(device)
+    time.sleep(0.02)  # a deferred writer on another thread gets its chance to show itself
+    problem_module.synchronize(device)
+    after = _tensors(out)
+    if len(snapshot) != len(after) or not all(_same(a, b) for a, b in zip(snapshot, after, strict=True)):
+        chan.send("output_changed", trial=trial)
+    mutated = [k for k, (a, b) in enumerate(zip(before, _tensors(inputs), strict=True)) if not _same(a, b)]
+    if mutated:
+        chan.send("inputs_mutated", trial=trial, inputs=mutated)
+    return out
+
+
+def kernels_of_one_call(model: torch.nn.Module, inputs: list[Any]) -> list[str]:
+    """The names of the GPU kernels one forward launches, from the torch profiler (CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(*inputs)
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    return sorted(names)[:500]
 
 
 def run(req: CandidateRequest, chan: Channel) -> None:
@@ -94,37 +163,51 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         chan.send("constructed", state_dict=state, seconds=time.perf_counter() - t0)
 
         phase = Phase.correctness
+        problem = problem_module.load_problem(req.problem)  # for timing: loaded before the envelope opens
         req.outputs_dir.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             for i in range(req.trials):
                 inputs = problem_module.to_device(
                     torch.load(req.exchange_dir / f"inputs_{i}.pt", weights_only=True), device)
-                out = model(*inputs)
-                problem_module.synchronize(device)
+                out = checked_call(model, inputs, device, chan, trial=i)
                 torch.save(_saveable(out), req.outputs_dir / f"out_{i}.pt")
                 chan.send("trial", trial=i)
             # The same inputs again: an uninitialised or racy read shows up as a difference.
             inputs = problem_module.to_device(torch.load(req.exchange_dir / "inputs_0.pt", weights_only=True), device)
-            out = model(*inputs)
-            problem_module.synchronize(device)
+            out = checked_call(model, inputs, device, chan, trial=None)
             torch.save(_saveable(out), req.outputs_dir / "det.pt")
+            del out
         check_flags("run")
-        # The parent has the outputs judged before it lets a candidate spend time on timing.
+        # The parent has the outputs judged before it lets a candidate spend time on timing; the
+        # seed of the timed inputs comes only with its go-ahead.
         chan.send("trials_done")
-        if sys.stdin.readline().strip() == "time" and req.timing is not None:
-            phase = Phase.timing
-            chan.send("timing_started")
-            problem = problem_module.load_problem(req.problem)
+        command = sys.stdin.readline().strip()
+        if command.startswith("{") and req.timing is not None:
             cfg = req.timing
+            warm = WarmupCommand.model_validate_json(command)
+            phase = Phase.timing
+            timing.warm_up(model, lambda i: problem_module.seeded_inputs(problem, warm.seed + i, device), device,
+                           cfg.warmup)
+            chan.send("warmed")
+            go = TimeCommand.model_validate_json(sys.stdin.readline())
+            chan.send("timing_started")
 
             def make_inputs(i: int) -> list[Any]:
-                return problem_module.seeded_inputs(problem, cfg.seed + i, device)
+                return problem_module.seeded_inputs(problem, go.seed + i, device)
 
             prints: list[Any] = []
-            stats = timing.time_calls(model, make_inputs, device, warmup=cfg.warmup, calls=cfg.calls,
-                                      flush_l2=cfg.flush_l2, fingerprints=prints)
+            stats = timing.time_calls(model, make_inputs, device, calls=cfg.calls, flush_l2=cfg.flush_l2,
+                                      fingerprints=prints)
             chan.send("timing", **stats)
             chan.send("timed_outputs", fingerprints=prints)
+        if command.startswith("{") and device.type == "cuda":
+            # Which kernels one forward launches, profiled last: CUPTI may leave a per-launch cost behind,
+            # which must not land in the timing (and only a candidate judged correct gets this far).
+            try:
+                with torch.no_grad():
+                    chan.send("kernels", names=kernels_of_one_call(model, inputs))
+            except Exception as e:  # no CUPTI: the check is skipped, not failed
+                chan.send("kernels", names=None, error=f"{type(e).__name__}: {e}"[:500])
         chan.send("done")
     except BaseException as e:  # SystemExit and KeyboardInterrupt from submission code included
         message = str(e) if not isinstance(e, SystemExit) else f"the submission called sys.exit({e.code!r})"

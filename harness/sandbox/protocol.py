@@ -26,8 +26,24 @@ class ProblemLoad(BaseModel):
 class TimingConfig(BaseModel):
     warmup: int = 5
     calls: int = 100
-    seed: int = 0  # inputs of timed call i come from get_inputs() under seed + i
     flush_l2: bool = True
+
+
+class WarmupCommand(BaseModel):
+    """The parent's go-ahead for a candidate whose trials were judged correct: warm up on inputs from
+    this seed (unrelated to the timed inputs' seed), then say "warmed"."""
+
+    cmd: Literal["warmup"] = "warmup"
+    seed: int
+
+
+class TimeCommand(BaseModel):
+    """Time now. The seed of the timed inputs travels only here, after the warm-up: a submission cannot
+    prepare answers for inputs it cannot know before, and whatever it does once it knows them is
+    inside the parent's envelope, which opens when this command is sent."""
+
+    cmd: Literal["time"] = "time"
+    seed: int  # inputs of timed call i come from get_inputs() under seed + i
 
 
 class PrepareCommand(BaseModel):
@@ -37,6 +53,7 @@ class PrepareCommand(BaseModel):
     param_seed: int
     input_seed: int  # secret: never leaves the trusted process
     trials: int
+    extra_distribution: bool = True  # one more trial on randn*2+0.5 inputs (see problem_module)
     exchange_dir: Path
 
 
@@ -50,6 +67,7 @@ class JudgeCommand(BaseModel):
 class TimeReferenceCommand(BaseModel):
     cmd: Literal["time_reference"] = "time_reference"
     timing: TimingConfig
+    seed: int
     compile_baseline: bool
 
 

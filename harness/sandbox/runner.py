@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness import artifacts, grading, static_checks
+from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
@@ -35,8 +35,10 @@ from harness.sandbox.protocol import (
     JudgeCommand,
     PrepareCommand,
     ProblemLoad,
+    TimeCommand,
     TimeReferenceCommand,
     TimingConfig,
+    WarmupCommand,
 )
 from harness.schema import (
     ChildError,
@@ -44,12 +46,15 @@ from harness.schema import (
     DeterminismFigures,
     EvalResult,
     FlagChange,
+    KernelTrace,
     Observations,
     ProblemRef,
     Provenance,
+    SpeedOfLight,
     StateDictCopy,
     StaticFinding,
     TimedOutputCheck,
+    TimingEnvelope,
     TimingStats,
     Tolerance,
     TrialFigures,
@@ -75,6 +80,42 @@ class EvalOptions:
     run_timeout_s: float | None = None
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
     extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class _Protocol:
+    """The order the candidate's process must speak in. Its messages are claims; one out of order (a
+    second timing report, a trial after trials_done, timing never asked for) is a sign that submission
+    code wrote to the channel, and ends the evaluation as a protocol violation."""
+
+    _ONCE = {"started", "imported", "constructed", "kernels", "trials_done", "warmed", "timing_started", "timing",
+             "timed_outputs", "done", "invalid", "error"}
+    _NEEDS = {"imported": "started", "constructed": "imported", "invalid": "imported", "trial": "constructed",
+              "output_changed": "constructed", "inputs_mutated": "constructed", "kernels": "warmup_sent",
+              "trials_done": "constructed", "warmed": "warmup_sent", "timing_started": "time_sent",
+              "timing": "timing_started", "timed_outputs": "timing", "done": "trials_done"}
+    _BEFORE_TRIALS_DONE = {"trial", "output_changed", "inputs_mutated"}
+    _KNOWN = _ONCE | set(_NEEDS) | {"flag_change"}
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.trials = 0
+
+    def check(self, event: str, fields: dict[str, Any]) -> str | None:
+        if event not in self._KNOWN:
+            return f"unknown message {event!r}"
+        if event in self._ONCE and event in self.seen:
+            return f"a second {event!r} message"
+        need = self._NEEDS.get(event)
+        if need is not None and need not in self.seen:
+            return f"{event!r} before {need!r}"
+        if event in self._BEFORE_TRIALS_DONE and "trials_done" in self.seen:
+            return f"{event!r} after 'trials_done'"
+        if event == "trial":
+            if fields.get("trial") != self.trials:
+                return f"trial {fields.get('trial')!r} reported where trial {self.trials} was due"
+            self.trials += 1
+        self.seen.add(event)
+        return None
 
 
 class _TrustedFailed(Exception):
@@ -182,8 +223,10 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             load = ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides)
             prepared = trusted.call(PrepareCommand(problem=load, device=device, param_seed=param_seed,
                                                    input_seed=input_seed, trials=trials,
+                                                   extra_distribution=spec.extra_distribution,
                                                    exchange_dir=exchange).model_dump(mode="json"), "prepared")
-            obs.trials_expected = trials
+            distributions = list(prepared.get("distributions") or ["get_inputs"] * trials)
+            obs.trials_expected = trials = len(distributions)
             try:
                 check_constructor(source, spec.init_arg_names[: prepared["init_arg_count"]]
                                   if spec.init_arg_names else ["arg"] * prepared["init_arg_count"])
@@ -197,20 +240,20 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     warmup=options.warmup if options.warmup is not None else settings.warmup_calls,
                     calls=options.timed_calls or (settings.timed_calls_cuda if device == "cuda"
                                                   else settings.timed_calls_cpu),
-                    seed=timing_seed,
                 )
 
             def judge() -> bool:
                 """Judge the saved outputs; True when the candidate has earned its timing run."""
                 judged = trusted.call(JudgeCommand(outputs_dir=cand_home / "outputs", atol=tolerance.atol,
                                                    rtol=tolerance.rtol).model_dump(mode="json"), "judged")
-                obs.trials = [TrialFigures.model_validate(t) for t in judged["trials"]]
+                obs.trials = [TrialFigures.model_validate({**t, "inputs": distributions[t["trial"]]})
+                              for t in judged["trials"]]
                 if judged.get("determinism") is not None:
                     obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
                 return timing_cfg is not None and grading.correct_so_far(obs, tolerance)
 
             timed_prints = _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials,
-                                          timing_cfg, exchange, cand_home, job, obs, judge)
+                                          timing_cfg, timing_seed, exchange, cand_home, job, obs, judge)
             check = obs.timed_outputs
             if check is not None and check.reported == check.expected and \
                     grading.correct_so_far(obs, tolerance):
@@ -226,9 +269,16 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     grading.correct_so_far(obs, tolerance):
                 mode = options.compile_baseline or settings.compile_baseline
                 timed = trusted.call(TimeReferenceCommand(
-                    timing=timing_cfg, compile_baseline=(mode == "on" or (mode == "auto" and device == "cuda")),
+                    timing=timing_cfg, seed=timing_seed,
+                    compile_baseline=(mode == "on" or (mode == "auto" and device == "cuda")),
                 ).model_dump(mode="json"), "reference_timed")
                 obs.eager_timing = TimingStats.model_validate(timed["eager"])
+                if obs.envelope is not None:
+                    obs.envelope.loop_ms = timed.get("loop_ms")
+                if timed.get("peaks"):
+                    variant = spec.size(size)
+                    obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=variant.min_bytes,
+                                                      **timed["peaks"])
                 if timed.get("compile"):
                     obs.compile_timing = TimingStats.model_validate(timed["compile"])
                 obs.compile_baseline_error = timed.get("compile_error")
@@ -322,7 +372,7 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
 
 def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                    provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
-                   timing_cfg: TimingConfig | None, exchange: Path, home: Path, job: Path,
+                   timing_cfg: TimingConfig | None, timing_seed: int, exchange: Path, home: Path, job: Path,
                    obs: Observations, judge: Callable[[], bool]) -> list[Any]:
     """Run the candidate's process; fill `obs`. Returns the fingerprints of its timed calls' outputs."""
     submission_path = home / "submission.py"
@@ -340,6 +390,8 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
     exit_info = ChildExit(phase=Phase.compile, deadline_s=compile_limit)
     timed_prints: list[Any] = []
     channel_closed = False
+    protocol = _Protocol()
+    go_ahead_at: float | None = None
     with contextlib.ExitStack() as build_lock:
         build_lock.enter_context(artifacts.exclusive_build_dir(builds))
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
@@ -357,6 +409,10 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     channel_closed = True
                     break
                 f = msg.fields
+                violation = protocol.check(msg.event, f)
+                if violation is not None:
+                    obs.protocol_violations.append(violation)
+                    break
                 if msg.event == "constructed":
                     build_lock.close()
                     obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
@@ -364,18 +420,36 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     deadline = msg.received_at + run_limit
                 elif msg.event == "trials_done":
                     go = judge()
+                    warm_seed = secrets.SystemRandom().randrange(1 << 61)  # tells nothing of the timed seed
                     with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
-                        proc.send("time" if go else "exit")
+                        proc.send(WarmupCommand(seed=warm_seed).model_dump_json() if go else "exit")
                     if not go:
                         exit_info.finished = True
                         break
+                    protocol.seen.add("warmup_sent")
                     deadline = time.monotonic() + run_limit
+                elif msg.event == "warmed":
+                    go_ahead_at = time.monotonic()
+                    with contextlib.suppress(ChildExited):
+                        proc.send(TimeCommand(seed=timing_seed).model_dump_json())
+                    protocol.seen.add("time_sent")
                 elif msg.event == "timing_started":
                     exit_info.phase = Phase.timing
                 elif msg.event == "flag_change":
                     obs.flag_changes.append(FlagChange.model_validate(f))
                 elif msg.event == "timing":
                     obs.candidate_timing = TimingStats.model_validate(f)
+                    if timing_cfg is not None and go_ahead_at is not None:
+                        obs.envelope = TimingEnvelope(wall_ms=(msg.received_at - go_ahead_at) * 1e3,
+                                                      calls=timing_cfg.calls, overhead_calls=min(timing_cfg.calls, 20))
+                elif msg.event == "output_changed":
+                    obs.outputs_changed.append("determinism re-run" if f.get("trial") is None else
+                                               f"trial {f.get('trial')}")
+                elif msg.event == "inputs_mutated":
+                    where = "determinism re-run" if f.get("trial") is None else f"trial {f.get('trial')}"
+                    obs.inputs_mutated.append(f"{where}: input(s) {f.get('inputs')}")
+                elif msg.event == "kernels":
+                    obs.kernels = KernelTrace(names=f.get("names"), error=f.get("error"))
                 elif msg.event == "timed_outputs":
                     timed_prints.extend(f.get("fingerprints") or [])
                 elif msg.event == "invalid":
@@ -404,8 +478,12 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                 exit_info.signal = f"{exit_info.signal or 'a signal'} from the harness (it closed its channel " \
                                    "but did not exit)"
             proc.reap()
+    if proc.garbage_lines:
+        obs.protocol_violations.append(f"{proc.garbage_lines} line(s) on the channel that are not harness messages")
     obs.candidate_exit = exit_info
     obs.log_tail = proc.log_tail()
+    if obs.kernels is not None and obs.kernels.names is not None:
+        obs.kernels.custom = kernels.custom_kernels(obs.kernels.names, kernels.extension_symbols(builds))
     if timing_cfg is not None and obs.candidate_timing is not None:
         obs.timed_outputs = TimedOutputCheck(reported=len(timed_prints), expected=timing_cfg.calls)
     return timed_prints

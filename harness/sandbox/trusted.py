@@ -122,10 +122,15 @@ class Trusted:
         self.model = model.to(self.device)
         model64 = copy.deepcopy(self.model).double()
         self.expected, self.ground_truth = [], []
+        distributions = ["get_inputs"] * cmd.trials
+        if cmd.extra_distribution:
+            distributions.append(problem_module.EXTRA_DISTRIBUTION)
         with torch.no_grad():
-            for i in range(cmd.trials):
+            for i, dist in enumerate(distributions):
                 torch.manual_seed(cmd.input_seed + i)
                 inputs = list(self.module.get_inputs())  # on the CPU, as KernelBench makes them
+                if dist != "get_inputs":
+                    inputs = problem_module.redistribute(inputs)
                 torch.save(inputs, cmd.exchange_dir / f"inputs_{i}.pt")
                 on_device = problem_module.to_device(inputs, self.device)
                 self.expected.append(self.model(*on_device))
@@ -136,6 +141,7 @@ class Trusted:
         return {
             "device": self.device.type,
             "init_arg_count": len(init_args),
+            "distributions": distributions,
             "output_shapes": [list(o.shape) for o in outputs if isinstance(o, torch.Tensor)],
             "reference_torch_flags": torchflags.snapshot(),
         }
@@ -264,13 +270,24 @@ class Trusted:
         module, device = self.module, self.device
 
         def make_inputs(i: int) -> list[Any]:
-            return problem_module.seeded_inputs(module, cmd.timing.seed + i, device)
+            return problem_module.seeded_inputs(module, cmd.seed + i, device)
 
-        kw = {"warmup": cmd.timing.warmup, "calls": cmd.timing.calls, "flush_l2": cmd.timing.flush_l2}
+        def warm_inputs(i: int) -> list[Any]:
+            return make_inputs(-1 - i)
+
+        kw = {"calls": cmd.timing.calls, "flush_l2": cmd.timing.flush_l2}
+        timing.warm_up(self.model, warm_inputs, device, cmd.timing.warmup)
         result: dict[str, Any] = {"eager": timing.time_calls(self.model, make_inputs, device, **kw)}
+        with torch.no_grad():
+            example = self.model(*make_inputs(-1000))
+        result["loop_ms"] = timing.calibrate_loop(make_inputs, device, example, calls=min(cmd.timing.calls, 50),
+                                                  flush_l2=cmd.timing.flush_l2)
+        if device.type == "cuda":
+            result["peaks"] = timing.measure_peaks(device)
         if cmd.compile_baseline:
             try:
                 compiled = torch.compile(self.model)
+                timing.warm_up(compiled, warm_inputs, device, cmd.timing.warmup)
                 result["compile"] = timing.time_calls(compiled, make_inputs, device, **kw)
             except Exception as e:
                 result["compile_error"] = f"{type(e).__name__}: {str(e)[:2000]}"

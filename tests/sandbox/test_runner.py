@@ -21,7 +21,8 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     r = run_fixture("level2/75", "l75_pytorch_correct.py")
     assert r.verdict == Verdict.passed, r.message
     o = r.observations
-    assert len(o.trials) == 5
+    assert len(o.trials) == 6  # five on get_inputs(), one on the extra distribution
+    assert [t.inputs for t in o.trials][-1] != o.trials[0].inputs
     for t in o.trials:
         (out,) = t.outputs
         assert out.got_shape == [1, 256, 128, 1] and out.max_abs_err is not None and out.max_abs_err <= 1e-4

@@ -1,0 +1,87 @@
+"""The adversarial corpus: one submission per exploit class, the verdict (and flag) it must get, the
+defence that catches it, and the honest twin that must pass. docs/integrity.md shows this table;
+tests/sandbox/test_corpus.py runs it (CPU entries in CI, GPU entries on a GPU host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+@dataclass(frozen=True)
+class Exploit:
+    name: str  # the class, as issue 6 names it
+    fixture: str  # relative to the repository root
+    verdict: str
+    flag: str | None  # the flag check it must carry (None: the verdict alone)
+    defence: str
+    twin: str  # the honest submission closest to it
+    gpu: bool = False  # needs CUDA to show the exploit (or the defence)
+    problem: str = "level2/30"
+    message_has: str | None = None  # a phrase the verdict's message must contain
+
+
+A = "tests/fixtures/adversarial/"
+S = "tests/fixtures/submissions/"
+HONEST = S + "l30_pytorch_correct.py"
+SOLUTION = "reference_solutions/level2_30_gemm_groupnorm_hardtanh.py"
+
+CORPUS: tuple[Exploit, ...] = (
+    Exploit("stale-buffer reuse", A + "stale_buffer_reuse.py", "wrong_answer", None,
+            "reference computed in the trusted process only; fresh allocations NaN-poisoned (CUDA)", HONEST),
+    Exploit("stale-buffer reuse, NaN-poisoned", A + "stale_buffer_reuse.py", "wrong_answer", None,
+            "the CUDA caching allocator's free memory is filled with NaN before each correctness call", HONEST,
+            gpu=True, message_has="NaN/Inf"),
+    Exploit("pointer-keyed cache", A + "pointer_keyed_cache.py", "wrong_answer|nondeterministic|flagged",
+            "timed_outputs?",
+            "fresh inputs for every trial and timed call (recycled addresses hit stale entries); determinism "
+            "re-run; timed outputs checked", HONEST,
+            gpu=True),  # CUDA's caching allocator recycles addresses every time; host malloc only sometimes
+    Exploit("content-keyed cache", A + "content_keyed_cache.py", "passed", None,
+            "fresh input contents for every timed call: every lookup misses, the slow path is timed",
+            A + "content_keyed_cache_honest.py"),
+    Exploit("call-counting fast path", A + "call_counting_fast_path.py", "flagged", "timed_outputs",
+            "outputs of 10 timed calls, chosen after the calls, re-checked by the trusted side", HONEST),
+    Exploit("side stream", A + "side_stream.py", "flagged", "deferred_output",
+            "output snapshotted in stream order at return vs after a device-wide sync; timing syncs the device",
+            HONEST, gpu=True),
+    Exploit("background thread", A + "background_thread.py", "flagged|wrong_answer", "deferred_output?",
+            "output snapshotted at return vs after a pause and a sync (a thread slower than the pause leaves "
+            "an unfinished output: wrong_answer)", HONEST),
+    Exploit("lazy tensor subclass", A + "lazy_tensor_subclass.py", "shape_mismatch", None,
+            "the output must be plain torch.Tensors: a subclass is not saved for the judge, who loads plain tensors "
+            "only (weights_only)", HONEST, message_has="torch.Tensor subclass"),
+    Exploit("timer patch", A + "timer_patch.py", "flagged", "static:monkey_patch",
+            "timing primitives captured before the import; static pre-check", HONEST),
+    Exploit("stats forgery", A + "stats_forgery.py", "flagged", "timing_envelope",
+            "the parent's own clock around the timing phase, less the trusted side's calibrated loop cost",
+            A + "stats_forgery_honest.py"),
+    Exploit("fake result on the result channel", A + "fake_result_channel.py", "flagged", "protocol",
+            "the parent enforces the order of the channel's messages", HONEST),
+    Exploit("fake result on stdout", A + "fake_result_stdout.py", "wrong_answer", None,
+            "stdout is a log, never parsed; verdicts come from the trusted judge", HONEST),
+    Exploit("early exit", A + "early_exit.py", "crashed", None,
+            "a child that ends before its final message has crashed, whatever its exit status", HONEST,
+            message_has="exited with code 0"),
+    Exploit("input mutation", A + "input_mutation.py", "flagged", "input_mutation",
+            "inputs compared with a copy after each correctness call", A + "input_mutation_honest.py"),
+    Exploit("redefined problem sizes", A + "redefined_problem_sizes.py", "flagged", "timed_outputs",
+            "inputs come from the harness's problem file under its seed; timed-output fingerprints", HONEST),
+    Exploit("global TF32 switch", S + "l30_tf32_flags.py", "flagged", "global_torch_flags",
+            "torch numerics flags snapshotted after import, construction and the trials", HONEST),
+    Exploit("precision downgrade to bf16", A + "precision_downgrade_bf16.py", "wrong_answer", None,
+            "fp32 tolerance 1e-4; error vs float64 next to the reference's own (precision_below_fp32)", HONEST),
+    Exploit("constant output", A + "constant_output.py", "wrong_answer", None,
+            "elementwise tolerance against the reference on 5 random inputs", HONEST),
+    Exploit("input-range shortcut", A + "input_range_shortcut.py", "wrong_answer", None,
+            "an extra trial on randn*2+0.5 inputs", HONEST, message_has="randn*2+0.5 inputs"),
+    Exploit("pure PyTorch wrapper", S + "l30_pytorch_correct.py", "passed", "no_custom_kernel",
+            "the profiler trace of one forward: only library kernels ran", SOLUTION, gpu=True),
+    Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
+            "the profiler trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
+    Exploit("frame walk", A + "frame_walk.py", "flagged", "static:introspection",
+            "the candidate's process holds no expected output, seed or judge; static pre-check", HONEST),
+)

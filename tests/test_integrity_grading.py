@@ -1,0 +1,131 @@
+"""Grading of the integrity checks from stored figures: each check's catch and its honest twin.
+
+The submissions that trigger these live in tests/fixtures/adversarial (see tests/sandbox/corpus.py);
+here the boundaries are pinned down without processes or a GPU.
+"""
+
+from __future__ import annotations
+
+from harness.grading import grade
+from harness.kernels import base_name, custom_kernels, is_library_kernel
+from harness.reporting import Scored, leaderboard
+from harness.schema import (
+    ChildExit,
+    KernelTrace,
+    Observations,
+    OutputFigures,
+    SpeedOfLight,
+    TimingEnvelope,
+    TimingStats,
+    Tolerance,
+    TrialFigures,
+)
+from harness.verdicts import Verdict
+
+TOL = Tolerance(atol=1e-4, rtol=1e-4)
+
+
+def _timing(median: float, mean: float | None = None, n: int = 100) -> TimingStats:
+    mean = median if mean is None else mean
+    return TimingStats(clock="cuda_event", n=n, median_ms=median, mean_ms=mean, min_ms=median, max_ms=mean,
+                       std_ms=0.0)
+
+
+def _passing(**kw) -> Observations:
+    fig = OutputFigures(index=0, got_type="Tensor", got_shape=[4], got_dtype="float32", expected_shape=[4],
+                        expected_dtype="float32", nonfinite_mismatches=0, numel=4, max_abs_err=0.0, max_rel_err=0.0,
+                        err_vs_fp64=1e-6, ref_err_vs_fp64=1e-6)
+    return Observations(candidate_exit=ChildExit(finished=True), trials_expected=1,
+                        trials=[TrialFigures(trial=0, outputs=[fig])], **kw)
+
+
+def _checks(obs: Observations) -> tuple[Verdict, list[str]]:
+    g = grade(obs, TOL)
+    return g.verdict, [f.check for f in g.flags]
+
+
+def test_envelope_flags_a_report_its_own_clock_contradicts_and_passes_an_honest_one():
+    env = TimingEnvelope(wall_ms=100 * 3.0 + 120 * 0.3, calls=100, overhead_calls=20, loop_ms=0.3)
+    assert abs(env.implied_ms() - 3.0) < 1e-9
+    assert _checks(_passing(candidate_timing=_timing(0.001), envelope=env)) == (Verdict.flagged, ["timing_envelope"])
+    assert _checks(_passing(candidate_timing=_timing(0.2), envelope=env)) == (Verdict.flagged, ["timing_envelope"])
+    assert _checks(_passing(candidate_timing=_timing(2.9), envelope=env))[0] == Verdict.passed
+    # A 3x discrepancy is within what a busy host's wall clock can add: not evidence (see ENVELOPE_FACTOR).
+    assert _checks(_passing(candidate_timing=_timing(1.0), envelope=env))[0] == Verdict.passed
+    # Without the trusted side's calibration (the reference was not timed) nothing can be said.
+    uncalibrated = env.model_copy(update={"loop_ms": None})
+    assert _checks(_passing(candidate_timing=_timing(0.001), envelope=uncalibrated))[0] == Verdict.passed
+
+
+def test_envelope_lets_an_honest_fast_kernel_through_a_hiccup_of_the_host():
+    # 100 calls of 0.05 ms in a 0.3 ms loop, and 150 ms of the host doing something else meanwhile.
+    env = TimingEnvelope(wall_ms=100 * 0.05 + 120 * 0.3 + 150, calls=100, overhead_calls=20, loop_ms=0.3)
+    assert _checks(_passing(candidate_timing=_timing(0.05), envelope=env))[0] == Verdict.passed
+
+
+def test_envelope_flags_a_report_of_fewer_calls_than_asked():
+    env = TimingEnvelope(wall_ms=400, calls=100, overhead_calls=20, loop_ms=0.3)
+    verdict = _checks(_passing(candidate_timing=_timing(3.0, n=10), envelope=env))
+    assert verdict == (Verdict.flagged, ["timing_envelope"])
+
+
+def test_speed_of_light_flags_the_impossible_and_passes_a_kernel_at_the_floor():
+    # 2*1024*8192*8192 FLOP at 800 TFLOP/s is 0.172 ms; 64 MiB at 3 TB/s is 0.022 ms.
+    sol = SpeedOfLight(flops=2 * 1024 * 8192 * 8192, min_bytes=64 << 20, flops_per_s=800e12, bytes_per_s=3e12)
+    assert abs(sol.floor_ms() - 0.1718) < 1e-3
+    assert _checks(_passing(candidate_timing=_timing(0.05), speed_of_light=sol)) == (Verdict.flagged,
+                                                                                      ["speed_of_light"])
+    assert _checks(_passing(candidate_timing=_timing(0.17), speed_of_light=sol))[0] == Verdict.passed
+
+
+def test_more_than_ten_times_torch_compile_is_held_for_review():
+    fast = _passing(candidate_timing=_timing(0.2), compile_timing=_timing(2.5), eager_timing=_timing(3.0))
+    assert _checks(fast) == (Verdict.flagged, ["review_speedup"])
+    fine = _passing(candidate_timing=_timing(0.3), compile_timing=_timing(2.5), eager_timing=_timing(3.0))
+    assert _checks(fine)[0] == Verdict.passed
+
+
+def test_protocol_violation_is_flagged_before_anything_else():
+    obs = _passing(protocol_violations=["a second 'timing' message"])
+    assert _checks(obs) == (Verdict.flagged, ["protocol"])
+
+
+def test_deferred_output_and_input_mutation_are_flagged():
+    assert _checks(_passing(outputs_changed=["trial 0"])) == (Verdict.flagged, ["deferred_output"])
+    assert _checks(_passing(inputs_mutated=["trial 0: input(s) [0]"])) == (Verdict.flagged, ["input_mutation"])
+
+
+def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard():
+    library_only = KernelTrace(names=["sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
+                                      "void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float>(...)"])
+    verdict, checks = _checks(_passing(kernels=library_only))
+    assert verdict == Verdict.passed and checks == ["no_custom_kernel"]
+    own = KernelTrace(names=[*library_only.names, "fused_groupnorm_kernel(float*, int)"],
+                      custom=["fused_groupnorm_kernel(float*, int)"])
+    assert _checks(_passing(kernels=own)) == (Verdict.passed, [])
+    assert _checks(_passing(kernels=KernelTrace(names=None, error="no CUPTI"))) == (Verdict.passed, [])
+
+    rows = [Scored(submission_id=1, problem_id="p", submitter="a", model="m", verdict="passed", device="cuda",
+                   speedup_vs_eager=1.0, unranked=True),
+            Scored(submission_id=2, problem_id="p", submitter="b", model="m", verdict="passed", device="cuda",
+                   speedup_vs_eager=1.2)]
+    assert [r.submitter for r in leaderboard(rows)] == ["b"]
+
+
+def test_kernel_names_are_split_into_the_submissions_and_the_libraries():
+    assert base_name("void ns::fused_kernel<128, float>(float*, int)") == "ns::fused_kernel"
+    assert base_name("fused_epilogue(float const*, float*)") == "fused_epilogue"
+    library = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
+        "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+        "ampere_sgemm_128x64_nn", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "triton_poi_fused_add_mul_0",
+        "triton_red_fused_native_group_norm_1", "Memset (Device)", "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>",
+    ]
+    assert all(is_library_kernel(n) for n in library)
+    honest = ["fused_groupnorm_hardtanh_kernel(float*, float const*, int, int)", "my_swish_epilogue(float*, int)"]
+    assert not any(is_library_kernel(n) for n in honest)
+    assert custom_kernels(library + honest, set()) == sorted(honest)
+    # A kernel of the submission's own build counts even where its name looks like a library's.
+    mine = "void gemm_tile_kernel<64>(float const*, float const*, float*, int)"
+    assert is_library_kernel(mine) and custom_kernels([mine], {"gemm_tile_kernel"}) == [mine]
