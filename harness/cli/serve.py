@@ -17,7 +17,7 @@ from harness import artifacts
 from harness.cli.worker import GpusOption
 from harness.config import Settings
 from harness.db import crud, queries
-from harness.db.session import Database
+from harness.db.session import Database, display_url
 from harness.service.runtime import settings_with, setup_logging
 
 log = logging.getLogger("harness.serve")
@@ -139,7 +139,7 @@ def serve_command(
     db = Database(settings)  # migrates before the worker starts, so the two never race to create tables
     secret = None if settings.open_mode else bootstrap_token(db, settings)
     base = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"KernelHarness on {base}  (API docs: {base}/docs, database: {artifacts.database_url(settings)})",
+    typer.echo(f"KernelHarness on {base}  (API docs: {base}/docs, database: {display_url(settings)})",
                err=True)
     if settings.open_mode:
         typer.echo("open mode: submissions need no token; re-evaluation and deletion need an admin token", err=True)

@@ -49,6 +49,11 @@ def engine_url(settings: Settings) -> URL:
     return url.set(drivername=_DEFAULT_DRIVERS.get(url.drivername, url.drivername))
 
 
+def display_url(settings: Settings) -> str:
+    """The database URL for logs and messages: the password masked."""
+    return engine_url(settings).render_as_string(hide_password=True)
+
+
 def make_engine(settings: Settings) -> Engine:
     url = engine_url(settings)
     if url.get_backend_name() != "sqlite":
