@@ -99,6 +99,8 @@ def postgres():
 def database_url(request) -> str | None:
     """The database a test's settings name: None is the SQLite file in its data dir. Under `both_databases`
     the PostgreSQL run gets a fresh, empty database of the session's server."""
-    if getattr(request, "param", "sqlite") == "sqlite":
-        return None
-    return request.getfixturevalue("postgres").create_database()
+    return database_for(request, getattr(request, "param", "sqlite"))
+
+
+def database_for(request, backend: str) -> str | None:
+    return None if backend == "sqlite" else request.getfixturevalue("postgres").create_database()

@@ -57,6 +57,13 @@ def _write(session: Session) -> None:
     session.connection(execution_options=WRITE_OPTIONS)
 
 
+def _text(value: str) -> str:
+    """Text as both databases can store it: PostgreSQL's text cannot hold NUL, so U+FFFD stands in for it, on
+    SQLite too, so the two agree. Submitted files and evaluation messages (which quote a submission's
+    output) are untrusted and may carry NULs; the API refuses them in the first place."""
+    return value.replace("\x00", "\ufffd")
+
+
 def _is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
@@ -135,8 +142,8 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
                             {"space": _QUEUE_LIMIT_LOCK, "key": token.id if token else 0})
         if queue_limit is not None and _unfinished_count(session, token) >= queue_limit:
             raise QueueLimitReached(queue_limit)
-        sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=new.text,
-                         text_kind=new.text_kind, submitter=new.submitter, model=new.model, tags=new.tags,
+        sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
+                         text_kind=new.text_kind, submitter=_text(new.submitter), model=_text(new.model), tags=new.tags,
                          meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value)
         session.add(sub)
         session.flush()
@@ -188,7 +195,7 @@ def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r:
     obs, prov = r.observations, r.provenance
     return Result(
         submission_id=submission_id, job_id=job_id, origin=origin.value, regraded_from=regraded_from,
-        verdict=r.verdict.value, message=r.message, problem_id=r.problem.id, problem_version=r.problem.version,
+        verdict=r.verdict.value, message=_text(r.message), problem_id=r.problem.id, problem_version=r.problem.version,
         size=r.problem.size, device=prov.device if prov else None, device_name=prov.device_name if prov else None,
         atol=r.tolerance.atol, rtol=r.tolerance.rtol, speedup_vs_eager=r.speedup_vs_eager,
         speedup_vs_compile=r.speedup_vs_compile,
@@ -318,8 +325,8 @@ def complete_job(session: Session, job_id: int, claim_token: str, result: EvalRe
 def retry_job(session: Session, job_id: int, claim_token: str, error: str, delay_s: float) -> bool:
     """Put a job that met an infra error back in the queue, after a back-off."""
     _write(session)
-    ok = _cas(session, job_id, claim_token, status=JobStatus.queued.value, claim_token=None,
-              lease_expires_at=None, last_error=error[:4000], not_before=_now(session) + timedelta(seconds=delay_s))
+    ok = _cas(session, job_id, claim_token, status=JobStatus.queued.value, claim_token=None, lease_expires_at=None,
+              last_error=_text(error[:4000]), not_before=_now(session) + timedelta(seconds=delay_s))
     if ok:
         _set_submission_status_of_job(session, job_id, JobStatus.queued.value)
     session.commit()

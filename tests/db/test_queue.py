@@ -147,6 +147,21 @@ def test_a_claim_passes_over_a_job_another_claimer_holds_locked(db, db_settings)
         assert crud.claim_job(s, "w", 30).job_id == first
 
 
+def test_nul_characters_from_untrusted_text_are_stored_the_same_on_both_databases(db):
+    """PostgreSQL's text cannot hold NUL; a file from eval-dir or a message quoting a submission's output may."""
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission(text="import torch\x00\n"), token=None, queue_limit=None,
+                                        max_attempts=3)
+        c = crud.claim_job(s, "w", 30)
+        assert crud.retry_job(s, c.job_id, c.claim_token, "child said \x00", 0)
+        c = crud.claim_job(s, "w", 30)
+        result = eval_result().model_copy(update={"message": "RuntimeError: \x00 in the output"})
+        row = crud.complete_job(s, c.job_id, c.claim_token, result)
+        assert row is not None and row.message == "RuntimeError: \ufffd in the output"
+        assert queries.get_submission(s, sub.id).text == "import torch\ufffd\n"
+        assert queries.get_job(s, c.job_id).status == "done"
+
+
 # ---- real processes racing on one database -------------------------------------------------------------
 
 def _claimer(data_dir: str, database_url: str | None, name: str, out: mp.Queue) -> None:
