@@ -195,11 +195,13 @@ def test_workers_racing_for_jobs_never_claim_one_twice(db, db_settings):
         assert s.scalar(select(func.count(Job.id)).where(Job.status == "done", Job.attempts == 1)) == 120
 
 
-def _submitter(data_dir: str, database_url: str | None, token_id: int, n: int, out: mp.Queue) -> None:
+def _submitter(data_dir: str, database_url: str | None, token_id: int, n: int, go, out: mp.Queue) -> None:
     db = Database(Settings(data_dir=data_dir, database_url=database_url), migrate_now=False)
     ok = 0
     with db.session() as s:
         token = s.get(crud.Token, token_id)
+        s.commit()
+        go.wait(60)  # all at once: the race is for the last places under the limit
         for _ in range(n):
             try:
                 crud.create_submission(s, new_submission(), token=token, queue_limit=15, max_attempts=3)
@@ -213,11 +215,13 @@ def test_concurrent_submissions_never_overshoot_the_queue_limit(db, db_settings)
     with db.session() as s:
         token, _ = crud.create_token(s, "carol")
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, go = ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=_submitter, args=(str(db_settings.data_dir), db_settings.database_url, token.id, 10,
-                                                  out)) for _ in range(4)]
+                                                  go, out)) for _ in range(4)]
     for p in procs:
         p.start()
+    time.sleep(3)  # spawned and connected; a straggler only makes the race milder
+    go.set()
     accepted = sum(out.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)
