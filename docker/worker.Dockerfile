@@ -32,4 +32,4 @@ ENV PATH=/opt/harness/bin:$PATH HARNESS_DATA_DIR=/var/lib/harness HARNESS_SCRATC
     XDG_CACHE_HOME=/var/lib/harness/cache TRITON_CACHE_DIR=/var/lib/harness/cache/triton
 USER 10001:10001
 WORKDIR /var/lib/harness
-CMD ["harness", "worker", "--gpus", "all"]
+CMD ["harness", "worker", "--gpus", "0"]
