@@ -143,7 +143,7 @@ def speedup_strips(strips: Sequence[Strip], title: str = "speedups", reference: 
     """One row of dots per label on a log axis of speedup, with a line at `reference` (1×: as fast)."""
     rows = max(len(strips), 1)
     row_h = 34
-    fr = _Frame(width=640, height=30 + row_h * rows + 34, left=12, right=16, top=30, bottom=34)
+    fr = _Frame(width=640, height=30 + row_h * rows + 34, left=24, right=24, top=30, bottom=34)
     values = [v for s in strips for v in s.values if v > 0]
     lo, hi = _log_range(values or [1.0])
 
@@ -221,34 +221,38 @@ class Spread:
 
 
 def timing_chart(rows: Sequence[Spread], title: str = "timing") -> Markup:
-    """Per row: a min–max whisker, a mean ± std box and a median tick, on one linear ms axis from 0."""
-    row_h = 38
-    fr = _Frame(width=640, height=20 + row_h * max(len(rows), 1) + 34, left=96, right=70, top=14, bottom=34)
-    top = max((r.max for r in rows), default=1.0) * 1.05 or 1.0
+    """Per row: a min–max whisker, a mean ± std box and a median tick. The axis spans the data (it does
+    not start at 0): the spread of one kernel's calls is what this chart is for."""
+    row_h = 46
+    fr = _Frame(width=640, height=14 + row_h * max(len(rows), 1) + 34, left=24, right=90, top=14, bottom=34)
+    lo_data = min((r.min for r in rows), default=0.0)
+    hi_data = max((r.max for r in rows), default=1.0)
+    step = _nice_step(max(hi_data - lo_data, hi_data * 0.02, 1e-9) / 4)
+    lo = math.floor(lo_data / step) * step
+    hi = max(math.ceil(hi_data / step) * step, lo + step)
 
     def sx(ms: float) -> float:
-        return fr.x0 + (fr.x1 - fr.x0) * ms / top
+        return fr.x0 + (fr.x1 - fr.x0) * (ms - lo) / (hi - lo)
 
-    step = _nice_step(top / 5)
     body = ['<g class="grid">']
-    t = 0.0
-    while t <= top:
+    t = lo
+    while t <= hi + step / 2:
         body.append(f'<line x1="{_f(sx(t))}" x2="{_f(sx(t))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
-        body.append(_text(sx(t), fr.y0 + 16, f"{t:g}", "tick"))
-        t = round(t + step, 10)
+        body.append(_text(sx(t), fr.y0 + 16, f"{t:.4g}", "tick"))
+        t += step
     body.append("</g>")
     for i, r in enumerate(rows):
-        y = fr.y1 + row_h * i + row_h / 2
-        lo, hi = max(r.mean - r.std, r.min), min(r.mean + r.std, r.max)
+        y = fr.y1 + row_h * i + row_h / 2 + 6
+        box_lo, box_hi = max(r.mean - r.std, r.min), min(r.mean + r.std, r.max)
         body.append(f'<g class="spread" data-series="{escape(r.label)}">'
                     f"<title>{escape(r.label)}: median {r.median:.4g} ms, mean {r.mean:.4g} ± {r.std:.2g}, "
                     f"min {r.min:.4g}, max {r.max:.4g} ({r.n} calls)</title>")
-        body.append(_text(fr.x0 - 8, y + 4, r.label, "strip-label", "end"))
+        body.append(_text(fr.x0, y - 14, r.label, "strip-label", "start"))
         body.append(f'<line class="whisker" x1="{_f(sx(r.min))}" x2="{_f(sx(r.max))}" y1="{_f(y)}" y2="{_f(y)}"/>')
-        body.append(f'<rect x="{_f(sx(lo))}" y="{_f(y - 8)}" width="{_f(max(sx(hi) - sx(lo), 2))}" height="16" '
-                    f'fill="{r.colour}" opacity="0.35"/>')
-        body.append(f'<line class="median" x1="{_f(sx(r.median))}" x2="{_f(sx(r.median))}" y1="{_f(y - 11)}" '
-                    f'y2="{_f(y + 11)}" stroke="{r.colour}"/>')
+        body.append(f'<rect x="{_f(sx(box_lo))}" y="{_f(y - 7)}" width="{_f(max(sx(box_hi) - sx(box_lo), 2))}" '
+                    f'height="14" fill="{r.colour}" opacity="0.35"/>')
+        body.append(f'<line class="median" x1="{_f(sx(r.median))}" x2="{_f(sx(r.median))}" y1="{_f(y - 10)}" '
+                    f'y2="{_f(y + 10)}" stroke="{r.colour}"/>')
         body.append(_text(sx(r.max) + 6, y + 4, f"{r.median:.3g} ms", "tick", "start"))
         body.append("</g>")
     if not rows:
