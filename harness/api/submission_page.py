@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from markupsafe import Markup
-from pygments import highlight
+from pygments import format as format_tokens
 from pygments.formatters import HtmlFormatter
-from pygments.lexers import PythonLexer
+from pygments.lexers import CudaLexer, PythonLexer
+from pygments.token import String, _TokenType
 from sqlalchemy.orm import Session
 
 from harness.api import charts
@@ -21,9 +23,35 @@ REFRESH_S = 5  # while queued or running, the page reloads itself this often
 _FORMATTER = HtmlFormatter(cssclass="hl", linenos="table", lineanchors="L", anchorlinenos=True, wrapcode=True)
 
 
+_CUDA_HINTS = ("__global__", "#include", "torch::Tensor", "__device__")
+
+
+def _tokens(source: str) -> Iterator[tuple[_TokenType, str]]:
+    """Python tokens, except that the body of a triple-quoted string holding CUDA or C++ (what
+    load_inline compiles, most of a submission) is lexed as CUDA."""
+    cuda = CudaLexer(stripnl=False, ensurenl=False)
+    tokens = iter(PythonLexer(stripnl=False).get_tokens(source))
+    for ttype, value in tokens:
+        if ttype not in String or value not in ('"""', "'''"):
+            yield ttype, value
+            continue
+        body: list[tuple[_TokenType, str]] = []
+        closing = None
+        for t, v in tokens:
+            if t in String and v == value:
+                closing = (t, v)
+                break
+            body.append((t, v))
+        text = "".join(v for _, v in body)
+        yield ttype, value
+        yield from cuda.get_tokens(text) if any(h in text for h in _CUDA_HINTS) else body
+        if closing:
+            yield closing
+
+
 def highlighted(source: str) -> Markup:
-    """Python (with its CUDA strings) as HTML; pygments escapes every character of the source."""
-    return Markup(highlight(source, PythonLexer(), _FORMATTER))  # noqa: S704 - pygments output is escaped
+    """The source as HTML with line numbers; pygments escapes every character of it."""
+    return Markup(format_tokens(_tokens(source), _FORMATTER))  # noqa: S704 - pygments output is escaped
 
 
 def highlight_css() -> str:

@@ -82,7 +82,8 @@ def test_sorting_and_filtering_are_query_parameters(client, db):
     assert ids_in_table(client.get("/problems/level2/62?verdict=all&sort=submitter").text, "results") == [a, b, c]
     assert ids_in_table(client.get("/problems/level2/62?verdict=all&sort=submitter&order=desc").text,
                         "results") == [c, b, a]
-    assert ids_in_table(client.get("/problems/level2/62?verdict=all&model=ma").text, "results") == [a, c]  # ranked first
+    by_model = client.get("/problems/level2/62?verdict=all&model=ma").text
+    assert ids_in_table(by_model, "results") == [a, c]  # the ranked one first
     assert ids_in_table(client.get("/problems/level2/62?verdict=wrong_answer").text, "results") == [c]
     # Unknown sort keys fall back to the default order rather than failing.
     assert client.get("/problems/level2/62?sort=nonsense&order=sideways").status_code == 200
@@ -160,3 +161,18 @@ def test_static_files_and_highlight_css_are_served(client):
 def test_empty_database_pages_render(client):
     assert "No results yet" in client.get("/").text
     assert "No submissions match" in client.get("/problems/level2/88").text
+
+
+def test_highlighting_keeps_the_source_exact_and_lexes_cuda_strings_as_cuda():
+    from html import unescape as text_of
+
+    from harness.api.submission_page import highlighted
+
+    source = ('import torch\nsrc = r"""\n#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1.f; }\n'
+              '// </script><script>alert(1)</script>\n"""\nclass ModelNew(torch.nn.Module):\n    pass\n')
+    html = str(highlighted(source))
+    assert "<script>" not in html
+    code = html.split('<td class="code">', 1)[1]
+    assert text_of(re.sub(r"<[^>]+>", "", code)).rstrip("\n") == source.rstrip("\n")
+    assert '<span class="kt">float</span>' in html  # a CUDA type, not part of a Python string
+    assert str(highlighted('x = """never closed')).count("never closed") == 1
