@@ -96,7 +96,7 @@ def step_points(values: Sequence[float | None], n: int, p_max: float) -> list[tu
 
 def fast_p_chart(series: Sequence[Series], p_max: float = 3.0, title: str = "fast_p") -> Markup:
     """One step line per series: the share of problems solved correctly and more than p times faster."""
-    fr = _Frame(width=640, height=300, left=48, right=16, top=14, bottom=40)
+    fr = _Frame(width=640, height=306, left=64, right=22, top=14, bottom=46)
 
     def sx(p: float) -> float:
         return fr.x0 + (fr.x1 - fr.x0) * p / p_max
@@ -107,12 +107,12 @@ def fast_p_chart(series: Sequence[Series], p_max: float = 3.0, title: str = "fas
     body = ['<g class="grid">']
     for q in (0, 0.25, 0.5, 0.75, 1.0):
         body.append(f'<line x1="{_f(fr.x0)}" x2="{_f(fr.x1)}" y1="{_f(sy(q))}" y2="{_f(sy(q))}"/>')
-        body.append(_text(fr.x0 - 6, sy(q) + 4, f"{q:.0%}", "tick", "end"))
+        body.append(_text(fr.x0 - 8, sy(q) + 4, f"{q:.0%}", "tick", "end"))
     steps = round(p_max / 0.5)
     for i in range(steps + 1):
         p = i * 0.5
         body.append(f'<line x1="{_f(sx(p))}" x2="{_f(sx(p))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
-        body.append(_text(sx(p), fr.y0 + 16, f"{p:g}×", "tick"))
+        body.append(_text(sx(p), fr.y0 + 20, f"{p:g}×", "tick"))
     body.append("</g>")
     body.append(f'<line class="marker" x1="{_f(sx(1))}" x2="{_f(sx(1))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
     body.append(_text((fr.x0 + fr.x1) / 2, fr.height - 4, "p: speedup over the baseline", "axis"))
@@ -142,8 +142,8 @@ def _log_range(values: Sequence[float]) -> tuple[float, float]:
 def speedup_strips(strips: Sequence[Strip], title: str = "speedups", reference: float = 1.0) -> Markup:
     """One row of dots per label on a log axis of speedup, with a line at `reference` (1×: as fast)."""
     rows = max(len(strips), 1)
-    row_h = 34
-    fr = _Frame(width=640, height=30 + row_h * rows + 34, left=24, right=24, top=30, bottom=34)
+    row_h = 42
+    fr = _Frame(width=640, height=30 + row_h * rows + 40, left=24, right=24, top=30, bottom=40)
     values = [v for s in strips for v in s.values if v > 0]
     lo, hi = _log_range(values or [1.0])
 
@@ -154,7 +154,7 @@ def speedup_strips(strips: Sequence[Strip], title: str = "speedups", reference: 
     tick = lo
     while tick <= hi * 1.0001:
         body.append(f'<line x1="{_f(sx(tick))}" x2="{_f(sx(tick))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
-        body.append(_text(sx(tick), fr.y0 + 16, f"{tick:g}×", "tick"))
+        body.append(_text(sx(tick), fr.y0 + 20, f"{tick:g}×", "tick"))
         tick *= 2
     body.append("</g>")
     body.append(f'<line class="marker" x1="{_f(sx(reference))}" x2="{_f(sx(reference))}" y1="{_f(fr.y0)}" '
@@ -162,12 +162,12 @@ def speedup_strips(strips: Sequence[Strip], title: str = "speedups", reference: 
     body.append(_text(sx(reference), fr.y1 - 12, "as fast as the baseline", "tick"))
     for i, s in enumerate(strips):
         y = fr.y1 + row_h * i + row_h / 2
-        body.append(_text(fr.x0, y - 9, s.label, "strip-label", "start"))
+        body.append(_text(fr.x0, y - 8, s.label, "strip-label", "start"))
         body.append(f'<g class="strip" data-series="{escape(s.label)}" fill="{s.colour}">')
         for j, v in enumerate(s.values):
             if v <= 0:
                 continue
-            dot = (f'<circle cx="{_f(sx(v))}" cy="{_f(y + 5)}" r="5"><title>{escape(s.label)}: {v:.3f}×'
+            dot = (f'<circle cx="{_f(sx(v))}" cy="{_f(y + 9)}" r="6"><title>{escape(s.label)}: {v:.3f}×'
                    "</title></circle>")
             if s.links:
                 dot = f'<a href="{escape(s.links[j])}">{dot}</a>'
@@ -224,7 +224,7 @@ def timing_chart(rows: Sequence[Spread], title: str = "timing") -> Markup:
     """Per row: a min–max whisker, a mean ± std box and a median tick. The axis spans the data (it does
     not start at 0): the spread of one kernel's calls is what this chart is for."""
     row_h = 46
-    fr = _Frame(width=640, height=14 + row_h * max(len(rows), 1) + 34, left=24, right=90, top=14, bottom=34)
+    fr = _Frame(width=640, height=14 + row_h * max(len(rows), 1) + 40, left=24, right=90, top=14, bottom=40)
     lo_data = min((r.min for r in rows), default=0.0)
     hi_data = max((r.max for r in rows), default=1.0)
     step = _nice_step(max(hi_data - lo_data, hi_data * 0.02, 1e-9) / 4)
@@ -238,7 +238,7 @@ def timing_chart(rows: Sequence[Spread], title: str = "timing") -> Markup:
     t = lo
     while t <= hi + step / 2:
         body.append(f'<line x1="{_f(sx(t))}" x2="{_f(sx(t))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
-        body.append(_text(sx(t), fr.y0 + 16, f"{t:.4g}", "tick"))
+        body.append(_text(sx(t), fr.y0 + 20, f"{t:.4g}", "tick"))
         t += step
     body.append("</g>")
     for i, r in enumerate(rows):
