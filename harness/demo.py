@@ -259,8 +259,8 @@ def _provenance(rng: random.Random, when: datetime) -> Provenance:
 
 
 def demo_result(rng: random.Random, spec: ProblemSpec, outcome: str, *, model: str = "demo", attempt: int = 1,
-                skill: float = 0.85) -> tuple[str, EvalResult]:
-    """A submission text and its graded result for one outcome."""
+                skill: float = 0.85, when: datetime | None = None) -> tuple[str, EvalResult]:
+    """A submission text and its graded result for one outcome, evaluated at `when` (default: lately)."""
     kb = spec.kernelbench_id or "level2/75"
     ceiling = H100_TIMES.get(kb, H100_TIMES["level2/75"])[2]
     if outcome == "tf32_wrong_answer":
@@ -274,7 +274,7 @@ def demo_result(rng: random.Random, spec: ProblemSpec, outcome: str, *, model: s
         model=model, attempt=attempt, idea=rng.choice(_IDEAS), kernel=kernel, block=rng.choice((128, 256, 512)))
     obs = observations(rng, outcome, kb, speedup, kernel)
     g = grading.grade(obs, spec.tolerance)
-    started = datetime.now(timezone.utc) - timedelta(minutes=rng.randrange(10, 40_000))
+    started = when or datetime.now(timezone.utc) - timedelta(minutes=rng.randrange(10, 40_000))
     result = EvalResult(
         verdict=g.verdict, message=g.message, log_excerpt=g.log_excerpt, flags=g.flags,
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size="default",
@@ -292,12 +292,13 @@ def _pick_outcome(rng: random.Random, m: DemoModel) -> str:
 
 
 def store(session: Session, spec: ProblemSpec, text: str, result: EvalResult, *, submitter: str, model: str,
-          tags: list[str] | None = None) -> int:
+          tags: list[str] | None = None, created_at: datetime | None = None) -> int:
     """Store a submission and its result as a worker would (create, claim, complete); returns its id."""
     batch = f"demo-{uuid.uuid4().hex[:10]}"  # claim exactly this job, whatever else is queued
     new = crud.NewSubmission(problem_id=spec.id, problem_version=spec.version, text=text,
                              text_kind="reply" if result.verdict == Verdict.invalid_submission else "source",
-                             submitter=submitter, model=model, tags=tags or [], meta={"demo": True})
+                             submitter=submitter, model=model, tags=tags or [], meta={"demo": True},
+                             created_at=created_at)
     sub, _ = crud.create_submission(session, new, token=None, queue_limit=None, max_attempts=3, batch=batch)
     claim = crud.claim_job(session, "demo-seed", 60, batch=batch)
     if claim is None:
@@ -333,12 +334,16 @@ def seed_demo(session: Session, problems: list[ProblemSpec], *, seed: int = 0, a
     rng = random.Random(seed)  # noqa: S311 - demo figures, not secrets
     verdicts: dict[str, int] = {}
     n = 0
+    now = datetime.now(timezone.utc)
     for spec in problems:
         for m in models:
+            when = now - timedelta(days=rng.uniform(2, 28))  # a sweep's first attempt, then the retries
             for attempt in range(1, rng.randint(*attempts) + 1):
+                when += timedelta(minutes=rng.uniform(3, 90))
                 text, result = demo_result(rng, spec, _pick_outcome(rng, m), model=m.model, attempt=attempt,
-                                           skill=m.skill)
-                store(session, spec, text, result, submitter=m.submitter, model=m.model, tags=["demo"])
+                                           skill=m.skill, when=when)
+                store(session, spec, text, result, submitter=m.submitter, model=m.model, tags=["demo"],
+                      created_at=when - timedelta(seconds=rng.uniform(5, 120)))  # queued, then evaluated
                 verdicts[result.verdict.value] = verdicts.get(result.verdict.value, 0) + 1
                 n += 1
     ids = []

@@ -90,6 +90,7 @@ class NewSubmission:
     model: str
     tags: list[str]
     meta: dict[str, Any]
+    created_at: datetime | None = None  # None: now; a batch import may keep the time a run was made
 
 
 def _unfinished_count(session: Session, token: Token | None) -> int:
@@ -115,7 +116,8 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
             raise QueueLimitReached(queue_limit)
         sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=new.text,
                          text_kind=new.text_kind, submitter=new.submitter, model=new.model, tags=new.tags,
-                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value)
+                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value,
+                         created_at=new.created_at or utcnow())
         session.add(sub)
         session.flush()
         job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts)

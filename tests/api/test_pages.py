@@ -176,3 +176,16 @@ def test_highlighting_keeps_the_source_exact_and_lexes_cuda_strings_as_cuda():
     assert text_of(re.sub(r"<[^>]+>", "", code)).rstrip("\n") == source.rstrip("\n")
     assert '<span class="kt">float</span>' in html  # a CUDA type, not part of a Python string
     assert str(highlighted('x = """never closed')).count("never closed") == 1
+
+
+def test_home_table_sorts_by_query_parameters(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=3.0), submitter="a")  # level2/75: 3x
+    seed(db, eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", candidate_ms=1.0, eager_ms=2.0))  # 2x
+
+    def order(query: str) -> list[str]:
+        return re.findall(r'<tr data-problem="([^"]+)"', client.get("/" + query).text)
+
+    by_speed = order("?sort=best_eager")
+    assert by_speed[:2] == ["gemm-groupnorm-min-biasadd", "gemm-groupnorm-hardtanh"]  # best first, empty last
+    assert order("?sort=best_eager&order=asc")[:2] == ["gemm-groupnorm-hardtanh", "gemm-groupnorm-min-biasadd"]
+    assert order("")[0] == "gemm-groupnorm-hardtanh"  # by KernelBench id: level2/30 first
