@@ -54,8 +54,11 @@ def seed(settings: Settings) -> dict:
         text, result = demo.demo_result(random.Random(1), spec, "passed", model=XSS_MODEL)
         text = text.replace("# ", "# </script><script>alert(3)</script> ", 1)
         xss_id = demo.store(s, spec, text, result, submitter=XSS_SUBMITTER, model=XSS_MODEL)
+        m, spec = demo.MODELS[0], registry.get("level2/88")
+        text, result = demo.demo_result(random.Random(2), spec, "compile_error", model=m.model)
+        compile_error_id = demo.store(s, spec, text, result, submitter=m.submitter, model=m.model)
     db.dispose()
-    return {"pending": summary.pending, "xss": xss_id}
+    return {"pending": summary.pending, "xss": xss_id, "compile_error": compile_error_id}
 
 
 @pytest.fixture(scope="session")
@@ -75,9 +78,8 @@ def seeded_server(tmp_path_factory):
         board = get_json(f"{base}/api/submissions?limit=500")
         items = board["items"]
         models = sorted({i["model"] for i in items if i["verdict"] and i["verdict"] != "infra_error"})
-        compile_error = next(i["id"] for i in items if i["verdict"] == "compile_error")
         lb = get_json(f"{base}/api/leaderboard?problem=level2/75")["gpu"]["rows"]
-        yield Seeded(base=base, models=models, xss_id=ids["xss"], compile_error_id=compile_error,
+        yield Seeded(base=base, models=models, xss_id=ids["xss"], compile_error_id=ids["compile_error"],
                      best_75_id=lb[0]["submission_id"], pending_ids=ids["pending"])
     finally:
         stop_process(proc)
