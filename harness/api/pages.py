@@ -119,6 +119,11 @@ class HomePage:
     totals: dict[str, int] = field(default_factory=dict)
 
 
+def model_colours(session: Session) -> dict[str, str]:
+    """One colour per model on every page: a model keeps its colour from chart to chart."""
+    return {m: charts.colour(i) for i, m in enumerate(queries.distinct_models(session))}
+
+
 def group_label(s: Scored, by: str) -> str:
     return {"model": s.model, "submitter": s.submitter}.get(by, f"{s.submitter} / {s.model}")
 
@@ -152,10 +157,13 @@ def home_page(session: Session, registry: Registry, *, device: str | None, basel
             row.best_eager = _better(row.best_eager, s.speedup_vs_eager, s)
             row.best_compile = _better(row.best_compile, s.speedup_vs_compile, s)
     series, legend = [], []
-    for i, (label, best) in enumerate(fast_p_series(results, by, baseline)):
+    groups = fast_p_series(results, by, baseline)
+    colours = model_colours(session) if by == "model" else {label: charts.colour(i) for i, (label, _) in
+                                                            enumerate(groups)}
+    for label, best in groups:
         speeds = [s.speedup(baseline) for s in best if s.correct]
-        series.append(charts.Series(label, charts.step_points(speeds, len(best), 3.0), charts.colour(i)))
-        legend.append((label, charts.colour(i), reporting.fast_p(best, 1.0, baseline), sum(s.correct for s in best),
+        series.append(charts.Series(label, charts.step_points(speeds, len(best), 3.0), colours[label]))
+        legend.append((label, colours[label], reporting.fast_p(best, 1.0, baseline), sum(s.correct for s in best),
                        len(best)))
     title = f"fast_p vs {'torch.compile' if baseline == 'compile' else 'eager'}, one line per {by}"
     problems = sort_rows(list(summaries.values()), sort, descending, HOME_SORTS)
@@ -255,7 +263,7 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
     for i, r in enumerate(ranked, 1):
         r.rank = i
     models = sorted({r.model for r in rows})
-    model_colour = {m: charts.colour(i) for i, m in enumerate(models)}
+    model_colour = model_colours(session)
     counts = Counter(r.verdict for r in rows if r.verdict and r.status not in UNFINISHED_STATUSES)
     pending = sum(1 for r in rows if r.status in UNFINISHED_STATUSES)
     verdicts = [(v, counts[v], VERDICT_COLOURS[v]) for v in VERDICT_ORDER if counts[v]]

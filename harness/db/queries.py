@@ -124,6 +124,10 @@ def submission_counts(session: Session) -> dict[str, tuple[int, int]]:
     return {pid: (total, int(pending or 0)) for pid, total, pending in rows}
 
 
+def distinct_models(session: Session) -> list[str]:
+    return list(session.scalars(select(Submission.model).distinct().order_by(Submission.model)))
+
+
 class BaselineTime(BaseModel):
     """Also the wire model of /api/problems/{id}."""
 
