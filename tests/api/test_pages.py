@@ -143,7 +143,9 @@ def test_unknown_ids_get_html_404_pages_and_the_api_keeps_json(client):
     assert r.status_code == 404 and "Unknown submission" in r.text
     assert client.get("/submissions/abc", headers=HTML).status_code == 404
     r = client.get("/problems/gemm_gn_hardtanh", headers=HTML)
-    assert r.status_code == 404 and "did you mean" in r.text and 'href="/problems/' in r.text
+    assert r.status_code == 404 and "Did you mean" in r.text
+    for href in re.findall(r'href="(/problems/[^"]+)"', r.text):
+        assert client.get(href).status_code == 200, href  # every suggestion leads to its problem
     r = client.get("/no/such/page", headers=HTML)
     assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
     r = client.get("/api/submissions/12345", headers=HTML)

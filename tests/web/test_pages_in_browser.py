@@ -155,5 +155,8 @@ def test_unknown_ids_get_a_404_page(page, seeded_server):
     assert response.status == 404 and "Unknown submission" in page.locator("h1").inner_text()
     response = page.goto(seeded_server.base + "/problems/gemm_groupnorm_hardtan")
     assert response.status == 404
-    assert page.locator("main a[href^='/problems/']").count() >= 1  # suggestions
     shot(page, "not-found")
+    suggestion = page.locator("main a[href^='/problems/']").first
+    with page.expect_navigation():
+        suggestion.click()
+    assert page.locator("table#results").count() == 1  # a suggestion leads to its problem

@@ -102,7 +102,9 @@ def problem(problem: str, request: Request, session: SessionDep, registry: Regis
     try:
         spec = registry.get(problem)
     except UnknownProblem as e:
-        raise PageNotFound("Unknown problem", str(e), [(s, f"/problems/{s}") for s in e.suggestions]) from None
+        # A suggestion reads "<id> (<kernelbench id>)": the id is its first word.
+        links = [(s, f"/problems/{s.split(' ', 1)[0]}") for s in e.suggestions]
+        raise PageNotFound("Unknown problem", f"There is no problem {problem!r}.", links) from None
     key, desc = _sorting(sort, order, pages.PROBLEM_SORTS, "rank")
     # Passing results by default: the leaderboard; "all" shows every verdict.
     wanted = None if verdict == "all" else verdict or "passed"
