@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 
 from harness import reporting
 from harness.api import charts
+from harness.api.routes.leaderboard import current_version
 from harness.db import queries
 from harness.db.models import UNFINISHED_STATUSES, Result, Submission
-from harness.problems import Registry, UnknownProblem
+from harness.problems import Registry
 from harness.problems.spec import ProblemSpec
 from harness.reporting import Scored
 from harness.service.outcomes import scored
@@ -39,14 +40,11 @@ VERDICT_COLOURS = {
 VERDICT_ORDER = [v.value for v in Verdict]
 
 
-def _stored(registry: Registry, sub: Submission, res: Result) -> bool:
-    """Results counted on boards: not the harness's own failures, and of the problem's current version."""
-    if res.verdict == Verdict.infra_error.value:
-        return False
-    try:
-        return registry.get(sub.problem_id).version == res.problem_version
-    except UnknownProblem:
-        return True
+def _counted(registry: Registry, sub: Submission, res: Result) -> bool:
+    """As on /api/leaderboard: the harness's own failures count nowhere, nor results for an older
+    version of a problem."""
+    return res.verdict != Verdict.infra_error.value and current_version(registry, sub.problem_id,
+                                                                        res.problem_version)
 
 
 def on_device(device: str | None, wanted: str) -> bool:
@@ -139,7 +137,7 @@ def fast_p_series(results: Sequence[Scored], by: str, baseline: reporting.Baseli
 
 def home_page(session: Session, registry: Registry, *, device: str | None, baseline: reporting.Baseline, by: str,
               sort: str, descending: bool) -> HomePage:
-    rows = [(sub, res) for sub, res in queries.scored_results(session) if _stored(registry, sub, res)]
+    rows = [(sub, res) for sub, res in queries.scored_results(session) if _counted(registry, sub, res)]
     dev = pick_device(device, {res.device for _, res in rows})
     results = [scored(sub, res) for sub, res in rows if on_device(res.device, dev)]
     summaries = {spec.id: ProblemSummary(spec) for spec in registry.all()}
