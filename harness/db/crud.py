@@ -114,6 +114,7 @@ class NewSubmission:
     model: str
     tags: list[str]
     meta: dict[str, Any]
+    created_at: datetime | None = None  # None: now; a batch import may keep the time a run was made
 
 
 def _unfinished_count(session: Session, token: Token | None) -> int:
@@ -144,7 +145,8 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
             raise QueueLimitReached(queue_limit)
         sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
                          text_kind=new.text_kind, submitter=_text(new.submitter), model=_text(new.model), tags=new.tags,
-                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value)
+                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value,
+                         created_at=new.created_at or _now(session))
         session.add(sub)
         session.flush()
         job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
