@@ -65,7 +65,7 @@ def _hide(hidden: list[str], keep: list[str]) -> None:
             os.makedirs(p, exist_ok=True)
         else:
             os.makedirs(os.path.dirname(p), exist_ok=True)
-            open(p, "a").close()  # noqa: SIM115 - a mount point on the tmpfs
+            open(p, "a").close()  # a mount point on the tmpfs
         _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
         os.close(fd)
 
@@ -90,7 +90,8 @@ def apply(cfg: dict) -> None:
     if cfg.get("hide"):
         _hide(cfg["hide"], cfg.get("keep", []))
     for name, value in cfg.get("rlimits", {}).items():
-        resource.setrlimit(_LIMITS[name], (value, value))
+        # CPU: SIGXCPU at the soft limit (a signal the verdict names), SIGKILL a little later.
+        resource.setrlimit(_LIMITS[name], (value, value + 5 if name == "cpu" else value))
     user = cfg.get("user")
     if user is not None:
         os.setgroups([])
@@ -110,8 +111,8 @@ def main(argv: list[str]) -> None:
         cfg = json.loads(argv[1])
         cmd = argv[argv.index("--") + 1:]
         apply(cfg)
-        os.execv(cmd[0], cmd)
-    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
+        os.execv(cmd[0], cmd)  # noqa: S606 - the child's argv, built by the parent
+    except BaseException as e:  # every failure goes to the parent
         try:
             os.write(status_fd, f"{type(e).__name__}: {e}".encode()[:4000])
         finally:

@@ -293,7 +293,7 @@ class Jail:
                 for path in self.readable:
                     _chown_tree(path, 0, self.uid)
                     for dirpath, _d, files in os.walk(path):
-                        os.chmod(dirpath, 0o750)
+                        os.chmod(dirpath, 0o750)  # noqa: S103 - group: this child's own gid
                         for f in files:
                             os.chmod(os.path.join(dirpath, f), 0o640)
             if p.cgroup is not None:
