@@ -140,12 +140,12 @@ def _store_results(db: Database, n: int) -> None:
         s.add_all(jobs)
         s.flush()
         rows = []
-        for sub, job in zip(subs, jobs):
+        for sub, job in zip(subs, jobs, strict=True):
             r = eval_result(candidate_ms=rng.uniform(0.5, 4.0), max_rel_err=rng.choice([1e-7, 1e-6, 1.0]))
             rows.append(crud._result_row(sub.id, job.id, ResultOrigin.sandbox, r))
         s.add_all(rows)
         s.flush()
-        for sub, row in zip(subs, rows):
+        for sub, row in zip(subs, rows, strict=True):
             sub.current_result_id, sub.verdict = row.id, row.verdict
         s.commit()
 
