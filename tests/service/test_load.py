@@ -45,7 +45,7 @@ def _report(name: str, figures: dict) -> None:
 
 def _pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def test_concurrent_clients_lose_nothing_and_no_job_runs_twice(svc_settings, tmp_path):
