@@ -9,7 +9,7 @@ pid, the process group and the open channel fd stay the same. In order:
      tmpfs over the data dir, the scratch root and any dir the sandbox user could not traverse,
      with only the paths the child needs bound back);
   3. resource limits (CPU time, open files, file size, processes, no core dumps);
-  4. drop to the sandbox uid/gid with no supplementary groups and no_new_privs;
+  4. drop to the sandbox uid/gid with no supplementary groups and no_new_privs, and die with the parent;
   5. exec.
 
 Any failure before the exec is written on the status fd (close-on-exec, so an empty read there
@@ -29,7 +29,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 _LIMITS = {"cpu": resource.RLIMIT_CPU, "nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
            "nproc": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
 
@@ -100,6 +100,11 @@ def apply(cfg: dict) -> None:
         if os.getuid() != user["uid"] or os.geteuid() != user["uid"]:
             raise OSError("the uid did not change")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    # Killed with the worker (a SIGKILLed worker leaves no evaluation running). Set after the uid
+    # change, which clears it; kept across the exec.
+    _check(_libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl(PDEATHSIG)")
+    if cfg.get("parent") and os.getppid() != cfg["parent"]:
+        raise OSError("the parent is already gone")
     if cfg.get("cwd"):
         os.chdir(cfg["cwd"])
 

@@ -174,7 +174,11 @@ def check_safe(settings: Settings) -> Platform:
                                 "or the worker's secrets. Fix the platform, or run with --allow-unsafe-sandbox "
                                 "(HARNESS_ALLOW_UNSAFE_SANDBOX=1) to accept that.")
         log.warning("UNSAFE SANDBOX (allowed explicitly): it lacks %s", why)
-    if p.cgroup is None:
+    if p.cgroup is not None:
+        swept = sweep_stale_cgroups()
+        if swept:
+            log.warning("removed %d cgroups left by dead workers", len(swept))
+    else:
         log.warning("no usable cgroup: children have rlimits but no host-memory limit%s",
                     "" if p.user_switch else " and (as root) no process-count limit")
     return p
@@ -344,7 +348,8 @@ class Jail:
     def config(self, cwd: Path) -> dict:
         s = self.settings
         p = platform()
-        cfg: dict = {"cwd": str(cwd), "cgroup_procs": [str(c / "cgroup.procs") for c in self.cgroups]}
+        cfg: dict = {"cwd": str(cwd), "cgroup_procs": [str(c / "cgroup.procs") for c in self.cgroups],
+                     "parent": os.getpid()}
         if s.sandbox_network != "off" and p.netns:
             cfg["netns"] = True
             cfg["userns"] = not p.root
@@ -373,39 +378,61 @@ class Jail:
     def cleanup(self) -> None:
         """Kill whatever the child left, remove its cgroups, give its uid back. Idempotent."""
         for cg in self.cgroups:
-            procs = cg / "cgroup.procs"
-            for _ in range(50):
-                try:
-                    pids = [int(x) for x in procs.read_text().split()]
-                except OSError:
-                    break
-                if not pids:
-                    break
-                if (cg / "cgroup.kill").exists():
-                    with contextlib.suppress(OSError):
-                        (cg / "cgroup.kill").write_text("1")
-                for pid in pids:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.02)
+            _empty_cgroup(cg)
         if self.uid is not None:
             kill_uid(self.uid)
         for cg in self.cgroups:
-            for _ in range(50):
-                try:
-                    cg.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)  # the last killed processes are still being reaped
-            else:
-                log.warning("cgroup %s could not be removed", cg)
+            _remove_cgroup(cg)
         self.cgroups = []
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
         self.uid = None
+
+
+def _empty_cgroup(cg: Path) -> None:
+    for _ in range(50):
+        try:
+            pids = [int(x) for x in (cg / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        if (cg / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (cg / "cgroup.kill").write_text("1")
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _remove_cgroup(cg: Path) -> None:
+    for _ in range(50):
+        try:
+            cg.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)  # the last killed processes are still being reaped
+    log.warning("cgroup %s could not be removed", cg)
+
+
+def sweep_stale_cgroups() -> list[Path]:
+    """Remove the cgroups of children whose worker died (kh-<pid>-*, that pid gone), killing what is left."""
+    swept = []
+    for d in _own_cgroup_dirs().values():
+        for cg in d.glob("kh-*-*"):
+            try:
+                pid = int(cg.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                _empty_cgroup(cg)
+                _remove_cgroup(cg)
+                swept.append(cg)
+    return swept
 
 
 def jail(settings: Settings, *, untrusted: bool, writable: list[Path] | None = None,

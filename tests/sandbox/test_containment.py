@@ -197,3 +197,15 @@ def test_uids_are_never_shared_between_live_jails(jail_settings, tmp_path):
     finally:
         a.cleanup()
     assert a.uid is None and not a.cgroups
+
+
+def test_cgroups_left_by_a_dead_worker_are_swept(jail_settings):
+    _need("cgroup")
+    pid = subprocess.Popen(["true"])  # a pid that is surely gone
+    pid.wait()
+    stale = [d / f"kh-{pid.pid}-deadbeef" for d in limits._own_cgroup_dirs().values()
+             if d.exists() and (d / "cgroup.procs").exists()]
+    for d in stale:
+        d.mkdir()
+    swept = limits.sweep_stale_cgroups()
+    assert set(stale) <= set(swept) and not any(d.exists() for d in stale)
