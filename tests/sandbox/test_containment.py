@@ -209,3 +209,20 @@ def test_cgroups_left_by_a_dead_worker_are_swept(jail_settings):
         d.mkdir()
     swept = limits.sweep_stale_cgroups()
     assert set(stale) <= set(swept) and not any(d.exists() for d in stale)
+
+
+_BASE = (FIXTURES / "submissions" / "l75_pytorch_correct.py").read_text()
+
+
+@pytest.mark.parametrize("text", [
+    bytes(range(256)).decode("latin-1") * 4096,  # 1 MB of garbage
+    _BASE.replace("import torch\n", "import torch\nx = '\x00'\n", 1),  # NUL bytes
+    "```python\n" + _BASE + "\x00\n```",
+    _BASE + "\nx = " + "(" * 100_000 + "1" + ")" * 100_000 + "\n",  # nested past the parser's limit
+    _BASE + "\n" + "".join(" " * i + "if True:\n" for i in range(200)) + " " * 200 + "pass\n",
+    _BASE + "\nx = " + "+".join(["1"] * 30_000) + "\n",  # an expression too deep for the compiler
+], ids=["garbage-1mb", "nul", "fenced-nul", "nested-parens", "nested-blocks", "deep-expression"])
+def test_hostile_texts_get_a_verdict(registry, jail_settings, text):
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), jail_settings)
+    assert r.verdict == Verdict.invalid_submission, r.message
+    assert r.message
