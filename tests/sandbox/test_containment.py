@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -226,3 +227,14 @@ def test_hostile_texts_get_a_verdict(registry, jail_settings, text):
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), jail_settings)
     assert r.verdict == Verdict.invalid_submission, r.message
     assert r.message
+
+
+@pytest.mark.parametrize("command", [["worker", "--gpus", "none"], ["serve", "--open"]])
+def test_the_worker_and_serve_commands_refuse_an_unsafe_sandbox(tmp_path, command):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    env.update(HARNESS_DATA_DIR=str(tmp_path / "data"), HARNESS_SANDBOX_NETWORK="off", HARNESS_PORT="0",
+               PYTHONPATH=str(Path(__file__).parents[2]))
+    p = subprocess.run([sys.executable, "-m", "harness", *command], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "--allow-unsafe-sandbox" in p.stderr and "network namespace" in p.stderr
