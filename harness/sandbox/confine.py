@@ -59,7 +59,7 @@ def _hide(hidden: list[str], keep: list[str]) -> None:
     fds = {p: os.open(p, os.O_PATH) for p in keep}
     for h in hidden:
         mode = "1777" if os.stat(h).st_mode & 0o1000 else "0755"
-        _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=4m")
+        _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=64m")
     for p, fd in fds.items():
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(p, exist_ok=True)

@@ -364,6 +364,8 @@ class Jail:
         if self.uid is not None:
             cfg["user"] = {"uid": self.uid, "gid": self.uid}
             keep = runtime_paths() + [q.resolve() for q in self.writable + self.readable]
+            if s.problems_dir is not None and s.problems_dir.exists():  # the child loads its problem's file
+                keep.append(s.problems_dir.resolve())
             hidden = {s.data_dir.resolve(), Path(s.scratch_dir or tempfile.gettempdir()).resolve()}
             hidden.update(a for a in (_traversable_by_others(q) for q in keep) if a is not None)
             hidden_list = _minimal(list(hidden))
