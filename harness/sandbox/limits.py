@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -224,10 +225,17 @@ def kill_uid(uid: int) -> None:
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Hand a tree to a sandbox uid, without following links: a previous child may have planted a
+    symlink or a hard link to a file outside the tree there, and root must not chown that file."""
     os.chown(path, uid, gid, follow_symlinks=False)
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+            entry = os.path.join(dirpath, name)
+            st = os.lstat(entry)
+            if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_nlink > 1:
+                log.warning("not handing %s to the sandbox: it has %d hard links", entry, st.st_nlink)
+                continue
+            os.chown(entry, uid, gid, follow_symlinks=False)
 
 
 def tree_bytes(paths: list[Path]) -> int:

@@ -238,3 +238,20 @@ def test_the_worker_and_serve_commands_refuse_an_unsafe_sandbox(tmp_path, comman
                        timeout=120)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "--allow-unsafe-sandbox" in p.stderr and "network namespace" in p.stderr
+
+
+def test_handing_a_tree_to_a_sandbox_uid_never_follows_links(jail_settings, tmp_path):
+    _need("user")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("root's")
+    tree = tmp_path / "build"
+    tree.mkdir()
+    (tree / "link").symlink_to(outside)
+    os.link(outside, tree / "hard")
+    j = limits.jail(jail_settings, untrusted=True, writable=[tree])
+    j.setup()
+    try:
+        assert tree.stat().st_uid == j.uid
+        assert outside.stat().st_uid == 0
+    finally:
+        j.cleanup()
