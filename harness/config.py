@@ -43,6 +43,8 @@ class Settings(BaseSettings):
 
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")
+    build_cache_max_mb: int = Field(default=50_000, ge=0, description="A worker removes the least recently used "
+                                    "build dirs beyond this size; 0: no bound.")
 
     # Service: database
     database_url: str | None = Field(

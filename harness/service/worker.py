@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness import artifacts
 from harness.config import Settings
 from harness.db import crud
 from harness.db.models import Job, ResultOrigin, Submission
@@ -169,7 +170,7 @@ class Worker:
 
     def _claim_loop(self) -> None:
         idle_since = time.monotonic()
-        next_reap = 0.0
+        next_reap = next_prune = 0.0
         while not self._stop.is_set():
             with self._lock:
                 busy = len(self._held)
@@ -181,6 +182,9 @@ class Worker:
             if time.monotonic() >= next_reap:
                 self._requeue_expired()
                 next_reap = time.monotonic() + min(self.settings.lease_s / 4, 30.0)
+            if time.monotonic() >= next_prune:
+                self._prune_builds()
+                next_prune = time.monotonic() + 600.0
             try:
                 with self.db.session() as s:
                     claim = crud.claim_job(s, self.id, self.settings.lease_s, batch=self.batch)
@@ -196,6 +200,17 @@ class Worker:
                 continue
             self.stats.claimed += 1
             self._admit(claim)
+
+    def _prune_builds(self) -> None:
+        if not self.settings.build_cache_max_mb:
+            return
+        try:
+            removed = artifacts.prune_build_cache(self.settings, self.settings.build_cache_max_mb * 2**20)
+        except OSError:
+            log.exception("pruning the build cache failed")
+            return
+        if removed:
+            log.info("build cache: removed %d least recently used build dirs", len(removed))
 
     def _admit(self, claim: crud.ClaimedJob) -> None:
         try:
