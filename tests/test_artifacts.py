@@ -45,6 +45,7 @@ def test_prune_removes_least_recently_used_builds_first_and_never_one_in_use(tmp
 def test_a_build_dir_removed_by_pruning_is_made_again_on_use(tmp_path):
     settings = Settings(data_dir=tmp_path)
     d = artifacts.build_dir(settings, "k")
+    (d / "ext.so").write_bytes(b"x")
     assert artifacts.prune_build_cache(settings, max_bytes=0) == [d] and not d.exists()
     with artifacts.exclusive_build_dir(d):
         assert d.is_dir()

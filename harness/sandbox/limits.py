@@ -284,6 +284,7 @@ class Jail:
     untrusted: bool  # runs submitted code: sandbox uid, hidden data dir
     writable: list[Path] = field(default_factory=list)  # made the child's own
     readable: list[Path] = field(default_factory=list)  # made readable by the child's group
+    visible: list[Path] = field(default_factory=list)  # left as they are, but not hidden (the problem's file)
     uid: int | None = None
     cgroups: list[Path] = field(default_factory=list)
     _lock: int | None = None
@@ -308,8 +309,15 @@ class Jail:
                         os.chmod(dirpath, 0o750)  # noqa: S103 - group: this child's own gid
                         for f in files:
                             os.chmod(os.path.join(dirpath, f), 0o640)
+                for path in self.visible:
+                    if not path.stat().st_mode & 0o004:
+                        raise SandboxError(f"{path} is not readable by the sandbox user: make it world-readable "
+                                           "(chmod o+r), or run without a sandbox user")
             if p.cgroup is not None:
                 self._make_cgroups(p.cgroup)
+        except SandboxError:
+            self.cleanup()
+            raise
         except OSError as e:
             self.cleanup()
             raise SandboxError(f"setting up the sandbox failed: {e}") from e
@@ -371,9 +379,7 @@ class Jail:
         cfg["rlimits"] = limits
         if self.uid is not None:
             cfg["user"] = {"uid": self.uid, "gid": self.uid}
-            keep = runtime_paths() + [q.resolve() for q in self.writable + self.readable]
-            if s.problems_dir is not None and s.problems_dir.exists():  # the child loads its problem's file
-                keep.append(s.problems_dir.resolve())
+            keep = runtime_paths() + [q.resolve() for q in self.writable + self.readable + self.visible]
             hidden = {s.data_dir.resolve(), Path(s.scratch_dir or tempfile.gettempdir()).resolve()}
             hidden.update(a for a in (_traversable_by_others(q) for q in keep) if a is not None)
             hidden_list = _minimal(list(hidden))
@@ -446,5 +452,6 @@ def sweep_stale_cgroups() -> list[Path]:
 
 
 def jail(settings: Settings, *, untrusted: bool, writable: list[Path] | None = None,
-         readable: list[Path] | None = None) -> Jail:
-    return Jail(settings, untrusted, writable=list(writable or []), readable=list(readable or []))
+         readable: list[Path] | None = None, visible: list[Path] | None = None) -> Jail:
+    return Jail(settings, untrusted, writable=list(writable or []), readable=list(readable or []),
+                visible=list(visible or []))

@@ -347,7 +347,8 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
                             kill_grace_s=settings.kill_grace_s,
-                            jail=limits.jail(settings, untrusted=True, writable=[home, builds], readable=[exchange]))
+                            jail=limits.jail(settings, untrusted=True, writable=[home, builds], readable=[exchange],
+                                             visible=[spec.source_path]))
         deadline = proc.started_at + compile_limit
         try:
             while True:

@@ -255,3 +255,23 @@ def test_handing_a_tree_to_a_sandbox_uid_never_follows_links(jail_settings, tmp_
         assert outside.stat().st_uid == 0
     finally:
         j.cleanup()
+
+
+def test_a_problem_file_the_sandbox_user_cannot_read_is_an_infra_error_that_says_so(jail_settings, tmp_path):
+    _need("user")
+    from harness.problems import get_registry
+
+    level = tmp_path / "kb" / "level2"
+    level.mkdir(parents=True)
+    builtin = Path(__file__).parents[2] / "harness/problems/kernelbench/level2/75_Gemm_GroupNorm_Min_BiasAdd.py"
+    problem = level / builtin.name
+    problem.write_text(builtin.read_text().replace("batch_size = 1024", "batch_size = 4").replace(
+        "in_features = 8192", "in_features = 64").replace("out_features = 8192", "out_features = 64").replace(
+        "num_groups = 512", "num_groups = 8"))
+    problem.chmod(0o600)
+    spec = get_registry(level).get("level2/75")
+    assert spec.source_path == problem
+    r = evaluate(spec, (FIXTURES / "submissions" / "l75_pytorch_correct.py").read_text(),
+                 EvalOptions(device="cpu", timing=False), jail_settings)
+    assert r.verdict == Verdict.infra_error and "world-readable" in r.message, r.message
+    assert not _leftovers(jail_settings)
