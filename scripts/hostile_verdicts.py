@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.config import Settings  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.sandbox import limits  # noqa: E402
+from harness.sandbox import capabilities, limits  # noqa: E402
 from harness.sandbox.runner import EvalOptions, evaluate  # noqa: E402
 from harness.service.health import gpu_health_check  # noqa: E402
 
@@ -50,7 +50,7 @@ def main() -> int:
     canary.mkdir()
     (canary / "keep").write_text("x")
     os.environ["KH_SECRET_MARKER"] = "in the worker's environment"  # noqa: S105 - a marker, not a secret
-    platform = limits.platform()
+    platform = capabilities.platform()
     print(f"platform: {platform.describe()}", *platform.notes, sep="\n  ", flush=True)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

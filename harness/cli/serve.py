@@ -18,7 +18,7 @@ from harness.cli.worker import GpusOption
 from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.session import Database
-from harness.sandbox import limits
+from harness.sandbox import capabilities
 from harness.service.runtime import settings_with, setup_logging
 
 log = logging.getLogger("harness.serve")
@@ -144,8 +144,8 @@ def serve_command(
         raise typer.Exit(2)
     if not no_worker:
         try:
-            limits.check_safe(settings)  # say so now, not through a worker that keeps failing to start
-        except limits.UnsafeSandbox as e:
+            capabilities.check_safe(settings)  # say so now, not through a worker that keeps failing to start
+        except capabilities.UnsafeSandbox as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(1) from None
     db = Database(settings)  # migrates before the worker starts, so the two never race to create tables

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness import artifacts
 from harness.config import Settings
 from harness.sandbox import limits
+from harness.sandbox.capabilities import SandboxError
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 
 log = logging.getLogger("harness.worker")
@@ -31,7 +32,7 @@ def gpu_health_check(env: dict[str, str], settings: Settings, timeout_s: float =
             proc = ChildProcess("harness.sandbox.healthcheck", [], cwd=work, env=scrubbed_env(env, work),
                                 log_path=work / "health.log", kill_grace_s=settings.kill_grace_s,
                                 jail=limits.jail(settings, untrusted=False))
-        except limits.SandboxError as e:
+        except SandboxError as e:
             return str(e)
         try:
             msg = proc.next_message(proc.started_at + timeout_s)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import Settings
-from harness.sandbox import limits
+from harness.sandbox import capabilities, cgroups, limits
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
@@ -27,7 +27,7 @@ HOSTILE = FIXTURES / "hostile"
 
 
 def _need(what: str) -> None:
-    p = limits.platform()
+    p = capabilities.platform()
     have = {"root": p.root, "netns": p.netns, "user": p.user_switch, "cgroup": p.cgroup is not None}[what]
     if not have:
         skip_or_fail("sandbox", f"the platform lacks {what}: {p.describe()}")
@@ -61,7 +61,7 @@ def _leftovers(settings: Settings) -> list[int]:
 
 
 def test_the_platform_probe_reports_what_it_found():
-    p = limits.platform()
+    p = capabilities.platform()
     assert p.describe()
     if p.root:
         _need("user")
@@ -120,7 +120,7 @@ def test_a_fork_bomb_ends_with_a_verdict_and_leaves_no_process(registry, jail_se
     assert not _leftovers(jail_settings)
     assert os.fork  # the host can still fork
     subprocess.run(["true"], check=True)
-    leftover_cgroups = [d for d in limits._own_cgroup_dirs().values() if d.exists()
+    leftover_cgroups = [d for d in cgroups.own_dirs().values() if d.exists()
                         for d in d.glob(f"kh-{os.getpid()}-*")]
     assert not leftover_cgroups
 
@@ -171,9 +171,9 @@ def test_burning_cpu_at_import_is_ended_by_the_cpu_limit(registry, jail_settings
 
 
 def test_a_worker_refuses_an_unsafe_sandbox_unless_allowed(jail_settings):
-    with pytest.raises(limits.UnsafeSandbox, match="allow-unsafe-sandbox"):
-        limits.check_safe(jail_settings.model_copy(update={"sandbox_network": "off"}))
-    limits.check_safe(jail_settings.model_copy(update={"sandbox_network": "off", "allow_unsafe_sandbox": True}))
+    with pytest.raises(capabilities.UnsafeSandbox, match="allow-unsafe-sandbox"):
+        capabilities.check_safe(jail_settings.model_copy(update={"sandbox_network": "off"}))
+    capabilities.check_safe(jail_settings.model_copy(update={"sandbox_network": "off", "allow_unsafe_sandbox": True}))
 
 
 def test_a_launcher_failure_is_the_harness_fault_not_the_submissions(registry, jail_settings, monkeypatch):
@@ -204,11 +204,11 @@ def test_cgroups_left_by_a_dead_worker_are_swept(jail_settings):
     _need("cgroup")
     pid = subprocess.Popen(["true"])  # a pid that is surely gone
     pid.wait()
-    stale = [d / f"kh-{pid.pid}-deadbeef" for d in limits._own_cgroup_dirs().values()
+    stale = [d / f"kh-{pid.pid}-deadbeef" for d in cgroups.own_dirs().values()
              if d.exists() and (d / "cgroup.procs").exists()]
     for d in stale:
         d.mkdir()
-    swept = limits.sweep_stale_cgroups()
+    swept = cgroups.sweep_stale()
     assert set(stale) <= set(swept) and not any(d.exists() for d in stale)
 
 

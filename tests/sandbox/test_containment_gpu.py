@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.problems import get_registry
-from harness.sandbox import limits
+from harness.sandbox import capabilities
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.service.health import gpu_health_check
 from harness.verdicts import Verdict
@@ -43,5 +43,5 @@ def test_allocating_200_gb_on_the_gpu_is_a_runtime_error(settings):
 
 def test_the_sandbox_user_runs_cuda_code(settings):
     r = _run(settings, "level2/30", SUBMISSIONS / "l30_cuda_correct.py", timing=False)
-    print(f"\n[gpu] sandbox platform: {limits.platform().describe()}; {r.verdict.value}: {r.message}")
+    print(f"\n[gpu] sandbox platform: {capabilities.platform().describe()}; {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
