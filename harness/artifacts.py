@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -46,8 +47,10 @@ def exclusive_build_dir(path: Path) -> Iterator[None]:
     torch's own lock file (`<ext>/lock`) outlives a build killed at its deadline and would make the
     next build wait forever; while we hold this lock no build runs there, so such files are stale.
     """
+    path.mkdir(parents=True, exist_ok=True)  # pruning may have removed it since build_dir()
     with open(path / ".harness.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        os.utime(path)  # last use, for prune_build_cache
         for stale in path.glob("*/lock"):
             with contextlib.suppress(OSError):
                 stale.unlink()
@@ -55,6 +58,39 @@ def exclusive_build_dir(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def prune_build_cache(settings: Settings, max_bytes: int) -> list[Path]:
+    """Remove the least recently used build dirs until the cache fits `max_bytes`; a dir in use (its
+    lock held) is never removed. Returns what was removed."""
+    root = settings.data_dir / "builds"
+    if not root.is_dir():
+        return []
+    dirs = sorted((d.stat().st_mtime, d) for d in root.iterdir() if d.is_dir())
+    sizes = {d: _tree_bytes(d) for _, d in dirs}
+    total = sum(sizes.values())
+    removed = []
+    for _, d in dirs:
+        if total <= max_bytes:
+            break
+        try:
+            with open(d / ".harness.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue  # in use
+        total -= sizes[d]
+        removed.append(d)
+    return removed
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
 
 
 @contextlib.contextmanager

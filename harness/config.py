@@ -43,6 +43,8 @@ class Settings(BaseSettings):
 
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")
+    build_cache_max_mb: int = Field(default=50_000, ge=0, description="A worker removes the least recently used "
+                                    "build dirs beyond this size; 0: no bound.")
 
     # Service: database
     database_url: str | None = Field(
@@ -72,6 +74,29 @@ class Settings(BaseSettings):
         default=None, ge=0, description="Threads precompiling queued submissions ahead of the GPU slots; "
         "unset: half the CPU cores (up to 8) on a GPU worker, 0 on a CPU-only one.",
     )
+
+    # Sandbox: how children are confined (see docs/security.md)
+    sandbox_user: str = Field(default="auto", pattern="^(auto|off)$",
+                              description="auto: as root, children running submissions get a sandbox uid each.")
+    sandbox_uid_base: int = Field(default=990_000, ge=1000,
+                                  description="First of the sandbox uids (no passwd entry needed).")
+    sandbox_uid_count: int = Field(default=64, ge=1,
+                                   description="Sandbox uids: at most this many untrusted children at once.")
+    sandbox_network: str = Field(default="auto", pattern="^(auto|off)$",
+                                 description="auto: every child gets a new network namespace (no network at all).")
+    allow_unsafe_sandbox: bool = Field(default=False, description="Let a worker run although the platform cannot "
+                                       "isolate the network or (as root) switch users.")
+    child_memory_mb: int = Field(default=65_536, ge=0, description="Host memory per child (cgroup); 0: no limit.")
+    child_max_pids: int = Field(default=2048, ge=16,
+                                description="Processes and threads per child (cgroup, RLIMIT_NPROC).")
+    child_open_files: int = Field(default=4096, ge=64, description="RLIMIT_NOFILE per child.")
+    child_file_mb: int = Field(default=4096, ge=0,
+                               description="Largest file a child may write (RLIMIT_FSIZE); 0: none.")
+    child_cpu_s: int = Field(default=7200, ge=0, description="CPU seconds per child process (RLIMIT_CPU); 0: none.")
+    child_disk_mb: int = Field(default=8192, ge=0, description="Disk a child may fill in its home and build dir; "
+                               "the parent kills it beyond; 0: no limit.")
+    min_free_disk_mb: int = Field(default=1024, ge=0, description="A worker evaluates nothing while the data or "
+                                  "scratch disk has less free space (infra_error, retried).")
 
 
 @lru_cache(maxsize=1)

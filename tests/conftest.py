@@ -11,6 +11,8 @@ from harness.problems import get_registry
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult
 
+from .postgres_server import PostgresServer, find_bindir
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SUBMISSIONS = FIXTURES / "submissions"
 
@@ -22,6 +24,12 @@ def cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked `both_databases` runs once on SQLite and once on PostgreSQL (see `database_url`)."""
+    if metafunc.definition.get_closest_marker("both_databases") and "database_url" in metafunc.fixturenames:
+        metafunc.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -69,3 +77,30 @@ def run_fixture(settings, registry):
         return evaluate(registry.get(problem), text, EvalOptions(**options), settings)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the session: HARNESS_TEST_POSTGRES_URL's, or a throwaway one started here."""
+    url = os.environ.get("HARNESS_TEST_POSTGRES_URL")
+    if url:
+        yield PostgresServer(url)
+        return
+    bindir = find_bindir()
+    if bindir is None:
+        skip_or_fail("postgres", "PostgreSQL's server (initdb, pg_ctl) is not installed: "
+                     "bash scripts/ci-system-deps.sh installs it")
+    server = PostgresServer.start(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(request) -> str | None:
+    """The database a test's settings name: None is the SQLite file in its data dir. Under `both_databases`
+    the PostgreSQL run gets a fresh, empty database of the session's server."""
+    return database_for(request, getattr(request, "param", "sqlite"))
+
+
+def database_for(request, backend: str) -> str | None:
+    return None if backend == "sqlite" else request.getfixturevalue("postgres").create_database()

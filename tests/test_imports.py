@@ -12,7 +12,9 @@ MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading"
            "harness.db.models", "harness.db.session", "harness.db.crud", "harness.db.queries", "harness.reporting",
            "harness.service.worker", "harness.service.devices", "harness.service.reeval", "harness.service.batch",
            "harness.service.runtime", "harness.cli.serve", "harness.cli.worker", "harness.cli.reeval",
-           "harness.cli.eval_dir", "harness.cli.tokens"]
+           "harness.cli.eval_dir", "harness.cli.tokens",
+           "harness.api.routes.pages", "harness.api.pages", "harness.api.submission_page", "harness.api.charts",
+           "harness.demo", "harness.cli.demo"]
 
 
 def test_importing_the_cli_runner_and_grading_does_not_import_torch():
@@ -43,6 +45,8 @@ def test_the_api_serves_requests_without_importing_torch(tmp_path):
         "assert c.post('/api/submissions', json={'problem': 'level2/75', 'submitter': 'a', 'model': 'm', "
         "'source': 'class ModelNew: pass'}).status_code == 202\n"
         "assert c.get('/api/leaderboard').status_code == 200 and c.get('/openapi.json').status_code == 200\n"
+        "assert c.get('/').status_code == 200 and c.get('/problems/level2/75').status_code == 200\n"
+        "assert c.get('/submissions/1').status_code == 200\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
         "assert not bad, bad[:5]\n"
     )

@@ -15,9 +15,13 @@ from harness.verdicts import Verdict
 T = TypeVar("T")
 
 
-def _no_surrogates(value: Any, where: str = "") -> None:
-    """JSON may spell lone UTF-16 surrogates (\\ud800) that no database can store as text."""
+def _storable_text(value: Any, where: str = "") -> None:
+    """JSON may spell lone UTF-16 surrogates (\\ud800), and NUL (\\u0000), that no database (PostgreSQL)
+    can store as text."""
     if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{where or 'the text'} holds a NUL character (\\u0000), which no Python file or reply "
+                             "needs and PostgreSQL cannot store")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -25,11 +29,11 @@ def _no_surrogates(value: Any, where: str = "") -> None:
                              "Unicode") from None
     elif isinstance(value, dict):
         for k, v in value.items():
-            _no_surrogates(k, "a key")
-            _no_surrogates(v, f"the value of {k!r}")
+            _storable_text(k, "a key")
+            _storable_text(v, f"the value of {k!r}")
     elif isinstance(value, list):
         for v in value:
-            _no_surrogates(v, where)
+            _storable_text(v, where)
 
 
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
@@ -53,7 +57,7 @@ class SubmissionCreate(BaseModel):
     @field_validator("problem", "source", "reply", "submitter", "model", "tags", "metadata")
     @classmethod
     def _valid_unicode(cls, v: Any) -> Any:
-        _no_surrogates(v)
+        _storable_text(v)
         return v
 
     @model_validator(mode="after")

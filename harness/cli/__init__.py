@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from harness.cli import db as db_cmd
+from harness.cli import demo as demo_cmd
 from harness.cli import eval as eval_cmd
 from harness.cli import eval_dir as eval_dir_cmd
 from harness.cli import problems as problems_cmd
@@ -24,6 +26,8 @@ app.command("worker")(worker_cmd.worker_command)
 app.command("reeval")(reeval_cmd.reeval_command)
 app.command("eval-dir")(eval_dir_cmd.eval_dir_command)
 app.add_typer(tokens_cmd.app, name="tokens")
+app.add_typer(db_cmd.app, name="db")
+app.command("demo-seed")(demo_cmd.demo_seed_command)
 
 
 def main() -> None:

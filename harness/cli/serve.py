@@ -17,7 +17,8 @@ from harness import artifacts
 from harness.cli.worker import GpusOption
 from harness.config import Settings
 from harness.db import crud, queries
-from harness.db.session import Database
+from harness.db.session import Database, display_url
+from harness.sandbox import capabilities
 from harness.service.runtime import settings_with, setup_logging
 
 log = logging.getLogger("harness.serve")
@@ -65,6 +66,8 @@ class EmbeddedWorker:
                     "HARNESS_DATABASE_URL": artifacts.database_url(settings)}
         if settings.problems_dir is not None:
             self.env["HARNESS_PROBLEMS_DIR"] = str(settings.problems_dir)
+        if settings.allow_unsafe_sandbox:
+            self.env["HARNESS_ALLOW_UNSAFE_SANDBOX"] = "1"
         self.proc: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._supervise, name="embedded-worker", daemon=True)
@@ -110,6 +113,9 @@ def serve_command(
     database_url: str = typer.Option(None, "--database-url", help="SQLAlchemy URL (default: SQLite in the data dir)."),
     problems_dir: Path = typer.Option(None, "--problems-dir", exists=True, file_okay=False,
                                       help="A KernelBench-format folder whose problems become available."),
+    allow_unsafe_sandbox: bool = typer.Option(
+        None, "--allow-unsafe-sandbox", help="Let the embedded worker run where submissions cannot be kept off the "
+        "network or (as root) given a user of their own. See docs/security.md."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Run the service: the HTTP API, SQLite by default, and a worker for this machine's GPUs (or its CPU).
@@ -130,16 +136,22 @@ def serve_command(
 
     setup_logging(log_level)
     settings = settings_with(host=host, port=port, open_mode=open_mode, database_url=database_url,
-                             problems_dir=problems_dir)
+                             problems_dir=problems_dir, allow_unsafe_sandbox=allow_unsafe_sandbox)
     if settings.open_mode and not _is_loopback(settings.host):
         typer.echo(f"error: open mode accepts code to run on this machine from anyone who can reach the port; "
                    f"it listens on loopback only, not {settings.host}. Use tokens (`harness tokens create`).",
                    err=True)
         raise typer.Exit(2)
+    if not no_worker:
+        try:
+            capabilities.check_safe(settings)  # say so now, not through a worker that keeps failing to start
+        except capabilities.UnsafeSandbox as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
     db = Database(settings)  # migrates before the worker starts, so the two never race to create tables
     secret = None if settings.open_mode else bootstrap_token(db, settings)
     base = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"KernelHarness on {base}  (API docs: {base}/docs, database: {artifacts.database_url(settings)})",
+    typer.echo(f"KernelHarness on {base}  (API docs: {base}/docs, database: {display_url(settings)})",
                err=True)
     if settings.open_mode:
         typer.echo("open mode: submissions need no token; re-evaluation and deletion need an admin token", err=True)

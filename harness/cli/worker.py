@@ -41,6 +41,9 @@ def worker_command(
     batch: str = typer.Option(None, "--batch", hidden=True, help="Claim only jobs of this batch."),
     exit_with_parent: int = typer.Option(None, "--exit-with-parent", hidden=True,
                                          help="Stop when the process with this pid is no longer our parent."),
+    allow_unsafe_sandbox: bool = typer.Option(
+        None, "--allow-unsafe-sandbox", help="Run even where submissions cannot be kept off the network or (as "
+        "root) given a user of their own (HARNESS_ALLOW_UNSAFE_SANDBOX). See docs/security.md."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Claim jobs from the queue and evaluate them, one slot per GPU, until stopped.
@@ -56,7 +59,8 @@ def worker_command(
       harness worker --database-url postgresql://host/harness   # a shared queue (PostgreSQL: issue 8)
     """
     setup_logging(log_level)
-    settings = settings_with(database_url=database_url, problems_dir=problems_dir)
+    settings = settings_with(database_url=database_url, problems_dir=problems_dir,
+                             allow_unsafe_sandbox=allow_unsafe_sandbox)
     db = Database(settings)
     try:
         worker = make_worker(db, settings, get_registry(settings.problems_dir), gpus,

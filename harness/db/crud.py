@@ -5,6 +5,9 @@ writer that reads before it writes (a queue limit, a claim) holds the write lock
 read and waits out the busy timeout instead of failing. Queue transitions are compare-and-set on
 the claim token a claim hands out: a worker whose lease expired and whose job was claimed again
 finds its later writes match no row, so a job's result is written once.
+
+Queue times (leases, back-offs) come from one clock, `_now`: on PostgreSQL the database server's, since a
+lease one host writes is judged expired by another, and hosts' clocks drift.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from harness.db.models import (
@@ -35,6 +38,8 @@ from harness.db.models import (
 from harness.db.session import WRITE_OPTIONS
 from harness.schema import EvalResult
 
+_QUEUE_LIMIT_LOCK = 0x6B68  # advisory lock space (first key) of the per-token queue limit
+
 
 class QueueLimitReached(Exception):
     def __init__(self, limit: int):
@@ -50,6 +55,25 @@ def _write(session: Session) -> None:
             raise RuntimeError("crud writes run in their own transaction; the session holds unsaved changes")
         session.commit()  # ends a read-only transaction (e.g. the token lookup of a request)
     session.connection(execution_options=WRITE_OPTIONS)
+
+
+def _text(value: str) -> str:
+    """Text as both databases can store it: PostgreSQL's text cannot hold NUL, so U+FFFD stands in for it, on
+    SQLite too, so the two agree. Submitted files and evaluation messages (which quote a submission's
+    output) are untrusted and may carry NULs; the API refuses them in the first place."""
+    return value.replace("\x00", "\ufffd")
+
+
+def _is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _now(session: Session) -> datetime:
+    """Now, by the database's clock where the database is shared between hosts (PostgreSQL)."""
+    if _is_postgres(session):
+        naive = session.scalar(text("SELECT statement_timestamp() AT TIME ZONE 'UTC'"))
+        return naive.replace(tzinfo=timezone.utc)
+    return utcnow()
 
 
 # ---- tokens ----------------------------------------------------------------------------------------
@@ -90,6 +114,7 @@ class NewSubmission:
     model: str
     tags: list[str]
     meta: dict[str, Any]
+    created_at: datetime | None = None  # None: now; a batch import may keep the time a run was made
 
 
 def _unfinished_count(session: Session, token: Token | None) -> int:
@@ -111,14 +136,21 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
     """
     _write(session)
     try:
+        if queue_limit is not None and _is_postgres(session):
+            # Count-then-insert is atomic on SQLite (BEGIN IMMEDIATE is the lock); PostgreSQL's READ COMMITTED
+            # needs one, or two requests could both see room for one more. Per token (0: anonymous).
+            session.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"),
+                            {"space": _QUEUE_LIMIT_LOCK, "key": token.id if token else 0})
         if queue_limit is not None and _unfinished_count(session, token) >= queue_limit:
             raise QueueLimitReached(queue_limit)
-        sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=new.text,
-                         text_kind=new.text_kind, submitter=new.submitter, model=new.model, tags=new.tags,
-                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value)
+        sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
+                         text_kind=new.text_kind, submitter=_text(new.submitter), model=_text(new.model), tags=new.tags,
+                         meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value,
+                         created_at=new.created_at or _now(session))
         session.add(sub)
         session.flush()
-        job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts)
+        job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
+                  not_before=_now(session))
         session.add(job)
         session.commit()
     except BaseException:
@@ -132,10 +164,14 @@ def enqueue(session: Session, submission_ids: Iterable[int], *, reason: str, max
     """Queue a new evaluation of stored submissions; one already queued or running is left as it is."""
     _write(session)
     ids = list(submission_ids)
+    # Lock the submissions (PostgreSQL; SQLite's write lock covers it): enqueues racing on one submission would
+    # both find it idle and queue two jobs.
+    session.execute(select(Submission.id).where(Submission.id.in_(ids)).with_for_update())
     busy = set(session.scalars(select(Job.submission_id).where(Job.submission_id.in_(ids),
                                                                Job.status.in_(UNFINISHED_STATUSES))))
-    jobs = [Job(submission_id=i, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts)
-            for i in ids if i not in busy]
+    now = _now(session)
+    jobs = [Job(submission_id=i, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
+                not_before=now) for i in ids if i not in busy]
     session.add_all(jobs)
     if jobs:
         session.execute(update(Submission).where(Submission.id.in_([j.submission_id for j in jobs]))
@@ -161,7 +197,7 @@ def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r:
     obs, prov = r.observations, r.provenance
     return Result(
         submission_id=submission_id, job_id=job_id, origin=origin.value, regraded_from=regraded_from,
-        verdict=r.verdict.value, message=r.message, problem_id=r.problem.id, problem_version=r.problem.version,
+        verdict=r.verdict.value, message=_text(r.message), problem_id=r.problem.id, problem_version=r.problem.version,
         size=r.problem.size, device=prov.device if prov else None, device_name=prov.device_name if prov else None,
         atol=r.tolerance.atol, rtol=r.tolerance.rtol, speedup_vs_eager=r.speedup_vs_eager,
         speedup_vs_compile=r.speedup_vs_compile,
@@ -213,7 +249,7 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
     another claimer holds, and the outer `status = 'queued'` re-checks the row once locked.
     """
     _write(session)
-    now = utcnow()
+    now = _now(session)
     pick = (select(Job.id).where(Job.status == JobStatus.queued.value, Job.not_before <= now)
             .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(skip_locked=True))
     if batch is not None:
@@ -241,7 +277,7 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
 def heartbeat(session: Session, worker_id: str, claim_tokens: Iterable[str], lease_s: float) -> set[str]:
     """Extend the leases of the jobs a worker holds; returns the tokens it still holds."""
     _write(session)
-    now = utcnow()
+    now = _now(session)
     tokens = list(claim_tokens)
     held: set[str] = set()
     if tokens:
@@ -277,7 +313,7 @@ def complete_job(session: Session, job_id: int, claim_token: str, result: EvalRe
     _write(session)
     sub_id = session.scalar(select(Job.submission_id).where(Job.id == job_id))
     if sub_id is None or not _cas(session, job_id, claim_token, status=JobStatus.done.value,
-                                  finished_at=utcnow(), last_error=None):
+                                  finished_at=_now(session), last_error=None):
         session.rollback()
         return None
     row = _result_row(sub_id, job_id, origin, result)
@@ -291,8 +327,8 @@ def complete_job(session: Session, job_id: int, claim_token: str, result: EvalRe
 def retry_job(session: Session, job_id: int, claim_token: str, error: str, delay_s: float) -> bool:
     """Put a job that met an infra error back in the queue, after a back-off."""
     _write(session)
-    ok = _cas(session, job_id, claim_token, status=JobStatus.queued.value, claim_token=None,
-              lease_expires_at=None, last_error=error[:4000], not_before=utcnow() + timedelta(seconds=delay_s))
+    ok = _cas(session, job_id, claim_token, status=JobStatus.queued.value, claim_token=None, lease_expires_at=None,
+              last_error=_text(error[:4000]), not_before=_now(session) + timedelta(seconds=delay_s))
     if ok:
         _set_submission_status_of_job(session, job_id, JobStatus.queued.value)
     session.commit()
@@ -320,9 +356,10 @@ def requeue_expired(session: Session, lost_result: Callable[[Submission, Job], E
     """Jobs whose worker stopped renewing its lease go back to the queue; those out of attempts get
     an infra_error result from `lost_result`. Returns (requeued job ids, failed job ids)."""
     _write(session)
-    now = now or utcnow()
+    now = now or _now(session)
+    # SKIP LOCKED (PostgreSQL): a row locked now is being renewed, finished or requeued by someone else.
     expired = session.scalars(select(Job).where(Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
-                              .order_by(Job.id)).all()
+                              .order_by(Job.id).with_for_update(skip_locked=True)).all()
     requeued: list[int] = []
     failed: list[int] = []
     for job in expired:
@@ -350,12 +387,13 @@ def requeue_expired(session: Session, lost_result: Callable[[Submission, Job], E
 
 def register_worker(session: Session, worker_id: str, *, hostname: str, pid: int, slots: list[str]) -> None:
     _write(session)
-    session.merge(WorkerRow(id=worker_id, hostname=hostname, pid=pid, slots=slots, started_at=utcnow(),
-                            last_seen=utcnow(), stopped_at=None))
+    now = _now(session)
+    session.merge(WorkerRow(id=worker_id, hostname=hostname, pid=pid, slots=slots, started_at=now,
+                            last_seen=now, stopped_at=None))
     session.commit()
 
 
 def worker_stopped(session: Session, worker_id: str) -> None:
     _write(session)
-    session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(stopped_at=utcnow()))
+    session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(stopped_at=_now(session)))
     session.commit()

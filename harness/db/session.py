@@ -6,6 +6,10 @@ transactions on its own schedule; it is switched to autocommit and the engine em
 BEGIN IMMEDIATE for writers (see `crud`): a transaction that read first and then tried to write
 could otherwise fail at once with SQLITE_BUSY when another writer committed in between, without
 waiting out the busy timeout.
+
+PostgreSQL is the shared queue of workers on many hosts: a plain `postgresql://` URL uses psycopg 3 (a
+dependency, so a second host needs nothing else), claims skip rows other claimers hold (`crud.claim_job`),
+and migrations are serialised by an advisory lock in the database rather than a lock file on one host.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from harness import artifacts
@@ -28,14 +32,32 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Connection execution option that makes the SQLite BEGIN immediate; other databases ignore it.
 WRITE_OPTIONS: dict[str, Any] = {"sqlite_begin": "IMMEDIATE"}
 
+# pg_advisory_xact_lock key held while migrating: any fixed 64-bit number no other tool uses.
+MIGRATION_LOCK_KEY = 0x6B68_6D69_6772  # "khmigr"
+
+# Drivers a bare scheme means: SQLAlchemy's default for postgresql:// is psycopg2, which is not installed.
+_DEFAULT_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def make_engine(settings: Settings) -> Engine:
+def engine_url(settings: Settings) -> URL:
+    """The configured URL with the driver a bare scheme stands for (postgresql:// is psycopg 3)."""
     url = make_url(artifacts.database_url(settings))
+    return url.set(drivername=_DEFAULT_DRIVERS.get(url.drivername, url.drivername))
+
+
+def display_url(settings: Settings) -> str:
+    """The database URL for logs and messages: the password masked."""
+    return engine_url(settings).render_as_string(hide_password=True)
+
+
+def make_engine(settings: Settings) -> Engine:
+    url = engine_url(settings)
     if url.get_backend_name() != "sqlite":
+        # pre_ping: a worker outlives database restarts and dropped idle connections between hosts.
         return create_engine(url, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -75,17 +97,29 @@ def alembic_config() -> Config:
 
 
 def migrate(engine: Engine, settings: Settings) -> None:
-    """Bring the schema to the newest revision. Safe to call from processes starting together."""
+    """Bring the schema to the newest revision. Safe to call from processes starting together, on one host
+    (SQLite) or on many (PostgreSQL)."""
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            # Held to the end of this transaction, which is the migration's own (PostgreSQL's DDL is
+            # transactional): the next process waits, then finds the schema at head and does nothing.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            _upgrade(conn)
+        return
     with open(artifacts.migration_lock_path(settings), "w") as lock:
         # A server and its embedded worker start at once; without the lock both would create tables.
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             with engine.begin() as conn:
-                cfg = alembic_config()
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+                _upgrade(conn)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _upgrade(conn: Connection) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")
 
 
 class Database:

@@ -2,7 +2,8 @@
 
 No torch here. The child runs `python -m <module>` in a new session (its own process group), in a
 working dir the parent chose, with the environment the parent built; it reports JSON lines on a
-pipe whose write end is the only extra fd it inherits.
+pipe whose write end is the only extra fd it inherits. With a `Jail` it starts through the
+confining launcher (own uid, network and mount namespaces, cgroups, rlimits; see limits.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from harness.sandbox.limits import Jail, SandboxError, tree_bytes
 from harness.sandbox.protocol import MAX_MESSAGE_BYTES
 
 _EOF = object()
@@ -61,25 +63,67 @@ def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
 
 class ChildProcess:
     def __init__(self, module: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
-                 kill_grace_s: float):
-        read_fd, write_fd = os.pipe()
+                 kill_grace_s: float, jail: Jail | None = None):
         self.kill_grace_s = kill_grace_s
         self.log_path = log_path
+        self.jail = jail
+        self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
+        if jail is not None:
+            jail.setup()  # SandboxError: the harness's failure
+        read_fd, write_fd = os.pipe()
+        status_r, status_w = os.pipe() if jail is not None else (-1, -1)
         self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in reap()
         try:
+            prefix = jail.launcher(status_w, cwd) if jail is not None else []
             self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", module, "--channel-fd", str(write_fd), *args],
+                [*prefix, sys.executable, "-s", "-m", module, "--channel-fd", str(write_fd), *args],
                 cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), start_new_session=True, close_fds=True,
+                pass_fds=(write_fd,) if jail is None else (write_fd, status_w), start_new_session=True,
+                close_fds=True,
             )
+        except BaseException:
+            os.close(read_fd)
+            self._log.close()
+            if jail is not None:
+                os.close(status_r)
+                jail.cleanup()
+            raise
         finally:
             os.close(write_fd)
+            if status_w >= 0:
+                os.close(status_w)
+        if jail is not None:
+            # EOF once the launcher exec()s the child (the fd is close-on-exec there); text if it failed.
+            with os.fdopen(status_r, "rb") as status:
+                failure = status.read(4000).decode(errors="replace")
+            if failure:
+                self.proc.wait()
+                os.close(read_fd)
+                self._log.close()
+                jail.cleanup()
+                raise SandboxError(f"the sandbox launcher failed: {failure}")
         self.started_at = time.monotonic()
         self._messages: queue.Queue[Any] = queue.Queue()
         self.garbage_lines = 0
         self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
         self._reader.start()
         self.killed_by_parent = False
+        self._watch_stop = threading.Event()
+        if jail is not None and jail.disk_limit_bytes and jail.writable:
+            threading.Thread(target=self._watch_disk, args=(jail.disk_limit_bytes, jail.writable), daemon=True,
+                             name="disk-watch").start()
+
+    def _watch_disk(self, limit: int, paths: list[Path]) -> None:
+        """Disk has no rlimit: the parent measures the child's dirs and kills it past its share."""
+        while not self._watch_stop.wait(0.5) and self.proc.poll() is None:
+            used = tree_bytes(paths)
+            if used > limit:
+                self.limit_exceeded = f"disk: the child wrote {used // 2**20} MiB, over its {limit // 2**20} MiB"
+                with contextlib.suppress(OSError):
+                    self._log.write(f"\n[harness] killed: {self.limit_exceeded}\n".encode())
+                    self._log.flush()
+                self.kill()
+                return
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as chan:
@@ -151,6 +195,9 @@ class ChildProcess:
     def reap(self) -> None:
         """Always called: no zombies, no open fds, no process group left behind."""
         self.kill()
+        self._watch_stop.set()
+        if self.jail is not None:
+            self.jail.cleanup()  # what left the process group: by cgroup and by uid
         if self.proc.stdin:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()

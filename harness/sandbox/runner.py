@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
+from harness.sandbox import limits
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
 from harness.sandbox.protocol import (
     CandidateRequest,
@@ -211,7 +212,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             d.mkdir(mode=0o700)
         proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home,
                             env=scrubbed_env(options.extra_env, trusted_home), log_path=job / "trusted.log",
-                            kill_grace_s=settings.kill_grace_s)
+                            kill_grace_s=settings.kill_grace_s, jail=limits.jail(settings, untrusted=False))
         trusted = _Trusted(proc, settings.reference_timeout_s)
         try:
             proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
@@ -356,7 +357,8 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
         with artifacts.exclusive_build_dir(builds):
             proc = ChildProcess("harness.sandbox.child", ["--compile-only", str(home / "submission.py")], cwd=home,
                                 env=scrubbed_env(env, home), log_path=home / "precompile.log",
-                                kill_grace_s=settings.kill_grace_s)
+                                kill_grace_s=settings.kill_grace_s,
+                                jail=limits.jail(settings, untrusted=True, writable=[home, builds]))
             try:
                 while True:
                     msg = proc.next_message(proc.started_at + timeout_s)
@@ -396,7 +398,9 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
         build_lock.enter_context(artifacts.exclusive_build_dir(builds))
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
-                            kill_grace_s=settings.kill_grace_s)
+                            kill_grace_s=settings.kill_grace_s,
+                            jail=limits.jail(settings, untrusted=True, writable=[home, builds], readable=[exchange],
+                                             visible=[spec.source_path]))
         deadline = proc.started_at + compile_limit
         try:
             while True:

@@ -9,6 +9,7 @@ from typing import Any
 from harness.config import Settings
 from harness.db.session import Database
 from harness.problems import Registry
+from harness.sandbox import capabilities
 from harness.service.devices import Slot, plan_slots, probe
 from harness.service.worker import Worker
 
@@ -34,4 +35,6 @@ def ready_slots(gpus: str, settings: Settings) -> list[Slot]:
 
 
 def make_worker(db: Database, settings: Settings, registry: Registry, gpus: str, **options: Any) -> Worker:
+    """A worker ready to run; raises UnsafeSandbox (a RuntimeError) when children cannot be confined."""
+    capabilities.check_safe(settings)
     return Worker(db, settings, registry, ready_slots(gpus, settings), **options)

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness import artifacts
 from harness.config import Settings
 from harness.db import crud
 from harness.db.models import Job, ResultOrigin, Submission
@@ -34,6 +35,7 @@ from harness.problems.spec import ProblemSpec
 from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
 from harness.schema import EvalResult, Provenance
 from harness.service.devices import Slot
+from harness.service.health import gpu_health_check, low_disk, slot_is_healthy
 from harness.service.outcomes import infra_result
 from harness.verdicts import Verdict
 
@@ -41,6 +43,9 @@ log = logging.getLogger("harness.worker")
 
 EvaluateFn = Callable[[ProblemSpec, str, EvalOptions, Settings], EvalResult]
 PrecompileFn = Callable[..., PrecompileResult]
+
+# Verdicts after which a GPU slot checks its GPU before the next job (None: the evaluation raised).
+_GPU_FAULTS = (Verdict.crashed, Verdict.timeout, Verdict.infra_error, None)
 
 # Text that shows a submission builds native code; anything else has nothing to precompile.
 _BUILD_MARKERS = ("load_inline", "cpp_extension", "load(")
@@ -69,6 +74,7 @@ class WorkerStats:
     retried: int = 0
     released: int = 0
     precompiled: int = 0
+    retired_slots: list[str] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
 
 
@@ -77,7 +83,8 @@ class Worker:
                  compile_workers: int | None = None, batch: str | None = None,
                  exit_when_idle_s: float | None = None, worker_id: str | None = None,
                  evaluate_fn: EvaluateFn = evaluate, precompile_fn: PrecompileFn = precompile,
-                 stop_grace_s: float = 10.0):
+                 stop_grace_s: float = 10.0, health_check: Callable[[dict[str, str], Settings], str | None] =
+                 gpu_health_check, health_pause_s: float = 5.0):
         if not slots:
             raise ValueError("a worker needs at least one slot")
         self.db = db
@@ -92,6 +99,8 @@ class Worker:
         self.evaluate_fn = evaluate_fn
         self.precompile_fn = precompile_fn
         self.stop_grace_s = stop_grace_s
+        self.health_check = health_check
+        self.health_pause_s = health_pause_s
         self.stats = WorkerStats()
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
@@ -157,11 +166,11 @@ class Worker:
     # ---- claiming ------------------------------------------------------------------------------------
 
     def _capacity(self) -> int:
-        return len(self.slots) + self.compile_workers
+        return len(self.slots) - len(self.stats.retired_slots) + self.compile_workers
 
     def _claim_loop(self) -> None:
         idle_since = time.monotonic()
-        next_reap = 0.0
+        next_reap = next_prune = 0.0
         while not self._stop.is_set():
             with self._lock:
                 busy = len(self._held)
@@ -173,6 +182,9 @@ class Worker:
             if time.monotonic() >= next_reap:
                 self._requeue_expired()
                 next_reap = time.monotonic() + min(self.settings.lease_s / 4, 30.0)
+            if time.monotonic() >= next_prune:
+                self._prune_builds()
+                next_prune = time.monotonic() + 600.0
             try:
                 with self.db.session() as s:
                     claim = crud.claim_job(s, self.id, self.settings.lease_s, batch=self.batch)
@@ -188,6 +200,17 @@ class Worker:
                 continue
             self.stats.claimed += 1
             self._admit(claim)
+
+    def _prune_builds(self) -> None:
+        if not self.settings.build_cache_max_mb:
+            return
+        try:
+            removed = artifacts.prune_build_cache(self.settings, self.settings.build_cache_max_mb * 2**20)
+        except OSError:
+            log.exception("pruning the build cache failed")
+            return
+        if removed:
+            log.info("build cache: removed %d least recently used build dirs", len(removed))
 
     def _admit(self, claim: crud.ClaimedJob) -> None:
         try:
@@ -287,21 +310,48 @@ class Worker:
             if self._stop.is_set():
                 self._ready_q.put(h)  # left for shutdown to release
                 return
-            self._evaluate(slot, h)
+            faulted = self._evaluate(slot, h)
+            if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
+                return
 
-    def _evaluate(self, slot: Slot, h: _Held) -> None:
+    def _gpu_recovered(self, slot: Slot) -> bool:
+        """After a fault on this GPU: a tiny kernel must run before the next job, or the slot retires."""
+        healthy, problem = slot_is_healthy(slot.env, self.settings, pause_s=self.health_pause_s,
+                                           check=self.health_check)
+        if healthy:
+            log.info("slot %s: GPU healthy after the fault", slot.name)
+            return True
+        with self._lock:
+            self.stats.retired_slots.append(slot.name)
+            left = len(self.slots) - len(self.stats.retired_slots)
+        log.error("slot %s RETIRED: its GPU stays unusable after a fault (%s); %d slot(s) left", slot.name,
+                  problem, left)
+        if left == 0:
+            log.error("no usable slot left: the worker stops and hands back its jobs")
+            self.stop()
+        return False
+
+    def _evaluate(self, slot: Slot, h: _Held) -> bool:
+        """Evaluate and store; True when the evaluation ended in a way that may have left its GPU faulty."""
         claim = h.claim
+        disk = low_disk(self.settings)
+        if disk is not None:  # the harness's trouble: retried later, never blamed on the submission
+            try:
+                self._infra_failure(claim, disk, None)
+            finally:
+                self._forget(h)
+            return False
         try:
             with self.db.session() as s:
                 ok = crud.mark_running(s, claim.job_id, claim.claim_token)
         except Exception:
             log.exception("job %d: could not mark it running; its lease will expire", claim.job_id)
             self._forget(h)
-            return
+            return False
         if not ok:
             log.warning("job %d is no longer ours (lease expired, deleted); skipped", claim.job_id)
             self._forget(h)
-            return
+            return False
         h.started = True
         log.info("job %d evaluating on %s", claim.job_id, slot.name)
         result: EvalResult | None = None
@@ -313,6 +363,10 @@ class Worker:
             error = f"the worker failed while evaluating: {type(e).__name__}: {e}"
             log.exception("job %d: evaluation raised", claim.job_id)
             log.debug("%s", traceback.format_exc())
+        if result is not None and result.verdict != Verdict.infra_error and \
+                result.verdict != Verdict.passed and (disk := low_disk(self.settings)):
+            # A submission that failed while the disk filled up may have failed because of it.
+            result, error = None, f"{disk} (after the evaluation, which ended {result.verdict.value})"
         try:
             if result is not None and result.verdict != Verdict.infra_error:
                 self._complete(claim, result, ResultOrigin.sandbox)
@@ -320,6 +374,7 @@ class Worker:
                 self._infra_failure(claim, result.message if result else error, result)
         finally:
             self._forget(h)
+        return (result.verdict if result is not None else None) in _GPU_FAULTS
 
     def _complete(self, claim: crud.ClaimedJob, result: EvalResult, origin: ResultOrigin) -> None:
         try:

@@ -9,6 +9,8 @@ from harness.api import create_app
 from harness.config import Settings
 from harness.db import crud
 
+from ..conftest import database_for
+
 
 @dataclass
 class Tokens:
@@ -27,9 +29,16 @@ def make_client(tmp_path, **overrides) -> TestClient:
     return TestClient(create_app(settings))
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request) -> str | None:
+    """The API suite runs on both databases: with workers on many hosts, PostgreSQL serves the API and the
+    leaderboard too."""
+    return database_for(request, request.param)
+
+
 @pytest.fixture
-def client(tmp_path):
-    with make_client(tmp_path) as c:
+def client(tmp_path, database_url):
+    with make_client(tmp_path, database_url=database_url) as c:
         yield c
         c.app.state.db.dispose()
 

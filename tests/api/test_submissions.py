@@ -68,6 +68,10 @@ def test_validation_errors_are_422_naming_the_field(client, db, tokens):
     in_metadata = json.dumps(body(metadata={"note": "x"})).replace('"x"', '"\\ud800"')
     r = client.post("/api/submissions", content=in_metadata, headers={**h, "content-type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"].startswith("metadata:") and "surrogate" in r.json()["detail"]
+    # And NUL (\u0000), which PostgreSQL cannot store as text.
+    nul = json.dumps(body()).replace("ModelNew", "ModelNew\\u0000")
+    r = client.post("/api/submissions", content=nul, headers={**h, "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("source:") and "NUL" in r.json()["detail"]
     json_h = {**h, "content-type": "application/json"}
     bad_json = client.post("/api/submissions", content=b'{"problem": ', headers=json_h)
     assert bad_json.status_code == 422 and "JSON" in bad_json.json()["detail"]

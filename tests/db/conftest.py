@@ -7,8 +7,8 @@ from harness.db.session import Database
 
 
 @pytest.fixture
-def db_settings(tmp_path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", lease_s=30, max_attempts=3)
+def db_settings(tmp_path, database_url) -> Settings:
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, lease_s=30, max_attempts=3)
 
 
 @pytest.fixture

@@ -1,13 +1,15 @@
 """Migrations own the schema: they run from any directory, match the models, and tolerate processes
-starting together; SQLite is set up in WAL mode with a busy timeout."""
+starting together (on PostgreSQL too); SQLite is set up in WAL mode with a busy timeout."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -20,6 +22,7 @@ from harness.db.session import Database, alembic_config
 REPO = Path(__file__).parents[2]
 
 
+@pytest.mark.both_databases
 def test_migrations_bring_a_fresh_file_to_head_and_match_the_models(db):
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     with db.engine.connect() as conn:
@@ -36,24 +39,47 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(db, db_settings):
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
+@pytest.mark.both_databases
 def test_migrating_again_is_a_no_op(db, db_settings):
     Database(db_settings).dispose()
     with db.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
 
 
-def test_processes_starting_together_migrate_once_from_outside_the_repo(tmp_path):
-    """As `harness serve` and its worker do; run from a directory with no alembic.ini nearby."""
-    data = tmp_path / "data"
-    code = ("from harness.config import Settings\nfrom harness.db.session import Database\n"
-            f"Database(Settings(data_dir={str(data)!r})).dispose()\n")
+_MIGRATE_ON_GO = """
+import sys, time
+from pathlib import Path
+from harness.config import Settings
+from harness.db.session import Database, make_engine
+settings = Settings(data_dir=sys.argv[1], database_url=sys.argv[3] or None)
+make_engine(settings).dispose()  # imports and driver loaded: only the migration itself is left to race
+go = Path(sys.argv[2])
+Path(f"{go}.ready.{sys.argv[4]}").touch()
+while not go.exists():
+    time.sleep(0.001)
+Database(settings).dispose()
+"""
+
+
+@pytest.mark.both_databases
+def test_processes_starting_together_migrate_once_from_outside_the_repo(tmp_path, database_url):
+    """As `harness serve` and its worker do, released at one instant; run from a directory with no alembic.ini
+    nearby. On PostgreSQL each process has its own data dir, as on hosts of their own: the lock is in the
+    database. (Without the lock this fails: several processes create the tables.)"""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    go = tmp_path / "go"
+    n = 6
+    dirs = [tmp_path / "data"] * n if database_url is None else [tmp_path / f"host{i}" for i in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-c", _MIGRATE_ON_GO, str(d), str(go), database_url or "", str(i)],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True) for i, d in enumerate(dirs)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("go.ready.*"))) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    db = Database(Settings(data_dir=data), migrate_now=False)
+    db = Database(Settings(data_dir=tmp_path / "data", database_url=database_url), migrate_now=False)
     with db.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
     db.dispose()

@@ -1,5 +1,6 @@
 """The job queue: atomic claims with a lease, heartbeats, requeue of expired leases, bounded attempts,
-results written once. The race tests use real processes on one SQLite file."""
+results written once. Every test runs on SQLite and on PostgreSQL; the race tests use real processes on one
+database."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from harness import grading
 from harness.config import Settings
@@ -20,6 +21,8 @@ from harness.service.outcomes import infra_result
 from harness.verdicts import Verdict
 
 from .factories import eval_result, new_submission
+
+pytestmark = pytest.mark.both_databases
 
 
 def _enqueue(db, n: int, **kw) -> list[int]:
@@ -129,10 +132,40 @@ def test_the_queue_limit_counts_a_tokens_unfinished_submissions(db):
         assert s.scalar(select(func.count(Submission.id))) == 3
 
 
-# ---- real processes racing on one SQLite file ----------------------------------------------------------
+def test_a_claim_passes_over_a_job_another_claimer_holds_locked(db, db_settings):
+    """PostgreSQL: SKIP LOCKED, so a claimer never waits on (or takes) the row another transaction is claiming.
+    SQLite has one writer at a time and nothing to skip."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    first, second = _enqueue(db, 2)
+    with db.session() as holder, db.session() as s:
+        holder.execute(select(Job.id).where(Job.id == first).with_for_update())  # mid-claim, not committed
+        s.execute(text("SET LOCAL lock_timeout = '2s'"))  # a blocking claim fails here instead of hanging
+        claim = crud.claim_job(s, "w", 30)
+        assert claim is not None and claim.job_id == second
+        holder.rollback()
+        assert crud.claim_job(s, "w", 30).job_id == first
 
-def _claimer(data_dir: str, name: str, out: mp.Queue) -> None:
-    db = Database(Settings(data_dir=data_dir), migrate_now=False)
+
+def test_nul_characters_from_untrusted_text_are_stored_the_same_on_both_databases(db):
+    """PostgreSQL's text cannot hold NUL; a file from eval-dir or a message quoting a submission's output may."""
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission(text="import torch\x00\n"), token=None, queue_limit=None,
+                                        max_attempts=3)
+        c = crud.claim_job(s, "w", 30)
+        assert crud.retry_job(s, c.job_id, c.claim_token, "child said \x00", 0)
+        c = crud.claim_job(s, "w", 30)
+        result = eval_result().model_copy(update={"message": "RuntimeError: \x00 in the output"})
+        row = crud.complete_job(s, c.job_id, c.claim_token, result)
+        assert row is not None and row.message == "RuntimeError: \ufffd in the output"
+        assert queries.get_submission(s, sub.id).text == "import torch\ufffd\n"
+        assert queries.get_job(s, c.job_id).status == "done"
+
+
+# ---- real processes racing on one database -------------------------------------------------------------
+
+def _claimer(data_dir: str, database_url: str | None, name: str, out: mp.Queue) -> None:
+    db = Database(Settings(data_dir=data_dir, database_url=database_url), migrate_now=False)
     claimed = []
     with db.session() as s:
         while (c := crud.claim_job(s, name, 60)) is not None:
@@ -146,7 +179,8 @@ def test_workers_racing_for_jobs_never_claim_one_twice(db, db_settings):
     jobs = _enqueue(db, 120)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_claimer, args=(str(db_settings.data_dir), f"w{i}", out)) for i in range(4)]
+    procs = [ctx.Process(target=_claimer, args=(str(db_settings.data_dir), db_settings.database_url, f"w{i}", out))
+             for i in range(4)]
     for p in procs:
         p.start()
     got = dict(out.get(timeout=120) for _ in procs)
@@ -161,11 +195,13 @@ def test_workers_racing_for_jobs_never_claim_one_twice(db, db_settings):
         assert s.scalar(select(func.count(Job.id)).where(Job.status == "done", Job.attempts == 1)) == 120
 
 
-def _submitter(data_dir: str, token_id: int, n: int, out: mp.Queue) -> None:
-    db = Database(Settings(data_dir=data_dir), migrate_now=False)
+def _submitter(data_dir: str, database_url: str | None, token_id: int, n: int, go, out: mp.Queue) -> None:
+    db = Database(Settings(data_dir=data_dir, database_url=database_url), migrate_now=False)
     ok = 0
     with db.session() as s:
         token = s.get(crud.Token, token_id)
+        s.commit()
+        go.wait(60)  # all at once: the race is for the last places under the limit
         for _ in range(n):
             try:
                 crud.create_submission(s, new_submission(), token=token, queue_limit=15, max_attempts=3)
@@ -179,10 +215,13 @@ def test_concurrent_submissions_never_overshoot_the_queue_limit(db, db_settings)
     with db.session() as s:
         token, _ = crud.create_token(s, "carol")
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_submitter, args=(str(db_settings.data_dir), token.id, 10, out)) for _ in range(4)]
+    out, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_submitter, args=(str(db_settings.data_dir), db_settings.database_url, token.id, 10,
+                                                  go, out)) for _ in range(4)]
     for p in procs:
         p.start()
+    time.sleep(3)  # spawned and connected; a straggler only makes the race milder
+    go.set()
     accepted = sum(out.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)

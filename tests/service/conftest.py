@@ -17,10 +17,10 @@ REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
-def svc_settings(tmp_path) -> Settings:
+def svc_settings(tmp_path, database_url) -> Settings:
     """Quick CPU evaluations, short leases, no retry back-off."""
-    return Settings(data_dir=tmp_path / "data", timed_calls_cpu=3, warmup_calls=1, lease_s=3, retry_delay_s=0,
-                    worker_poll_s=0.1, kill_grace_s=2.0)
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, timed_calls_cpu=3, warmup_calls=1,
+                    lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0)
 
 
 @pytest.fixture
@@ -35,7 +35,12 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_DATA_DIR": str(settings.data_dir),
            "HARNESS_TIMED_CALLS_CPU": str(settings.timed_calls_cpu), "HARNESS_WARMUP_CALLS": str(settings.warmup_calls),
            "HARNESS_LEASE_S": str(settings.lease_s), "HARNESS_WORKER_POLL_S": str(settings.worker_poll_s),
-           "HARNESS_RETRY_DELAY_S": str(settings.retry_delay_s)}
+           "HARNESS_RETRY_DELAY_S": str(settings.retry_delay_s),
+           # These tests are about the service; the sandbox's own tests cover the refusal. Where the platform
+           # cannot confine children, the workers here run anyway (and log UNSAFE SANDBOX).
+           "HARNESS_ALLOW_UNSAFE_SANDBOX": "1"}
+    if settings.database_url:
+        env["HARNESS_DATABASE_URL"] = settings.database_url
     env.update(extra)
     return env
 

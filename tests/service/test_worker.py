@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
+import pytest
 from sqlalchemy import func, select
 
 from harness.db import crud, queries
@@ -21,6 +22,8 @@ from harness.service.worker import Worker
 from ..conftest import SUBMISSIONS
 from ..db.factories import eval_result, new_submission
 from .conftest import wait_for
+
+pytestmark = pytest.mark.both_databases
 
 CPU = Provenance(harness_version="0.1.0", device="cpu", device_name="x86_64", torch_version="2.13.0",
                  python_version="3.11", hostname="t", started_at=datetime.now(timezone.utc))

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from harness.db import crud, queries
@@ -17,6 +18,8 @@ from harness.db.models import Result
 from ..conftest import SUBMISSIONS
 from ..db.factories import new_submission
 from .conftest import harness_cmd, service_env, wait_for
+
+pytestmark = pytest.mark.both_databases
 
 
 def _children(pid: int) -> list[int]:

@@ -17,7 +17,7 @@ from harness.service.outcomes import scored
 from harness.verdicts import Verdict
 
 
-def _current_version(registry: Registry, problem_id: str, version: int) -> bool:
+def current_version(registry: Registry, problem_id: str, version: int) -> bool:
     """Results for an older version of a problem are not comparable with today's."""
     try:
         return registry.get(problem_id).version == version
@@ -43,7 +43,7 @@ def leaderboard(session: SessionDep, registry: RegistryDep, problem: str | None 
     gpu: list[Scored] = []
     cpu: list[Scored] = []
     for sub, res in queries.scored_results(session, problem_ids):
-        if res.verdict == Verdict.infra_error.value or not _current_version(registry, sub.problem_id,
+        if res.verdict == Verdict.infra_error.value or not current_version(registry, sub.problem_id,
                                                                             res.problem_version):
             continue
         s = scored(sub, res)

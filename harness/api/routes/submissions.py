@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from harness.api.deps import AdminDep, RegistryDep, SessionDep, SettingsDep, WriterDep
 from harness.api.errors import ProblemNotFound
@@ -28,6 +28,9 @@ from harness.submission import InvalidSubmission, extract
 from harness.verdicts import Verdict
 
 router = APIRouter(prefix="/api/submissions", tags=["submissions"])
+
+_DB_INT_MAX = 2**63 - 1  # larger numbers cannot reach the database: 422, not a driver's OverflowError
+SubmissionId = Annotated[int, Path(ge=1, le=_DB_INT_MAX)]
 
 
 def find_problem(registry: Registry, name: str) -> ProblemSpec:
@@ -79,7 +82,7 @@ def create_submission(body: SubmissionCreate, session: SessionDep, settings: Set
 
 
 @router.get("/{submission_id}", response_model=SubmissionPublic, responses={404: {"model": ErrorBody}})
-def get_submission(submission_id: int, session: SessionDep) -> SubmissionPublic:
+def get_submission(submission_id: SubmissionId, session: SessionDep) -> SubmissionPublic:
     sub = queries.get_submission(session, submission_id)
     if sub is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {submission_id}")
@@ -94,7 +97,7 @@ def list_submissions(session: SessionDep, registry: RegistryDep,
                      model: str | None = None, status_: Annotated[JobStatus | None, Query(alias="status")] = None,
                      since: datetime | None = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                     offset: Annotated[int, Query(ge=0)] = 0) -> Page[SubmissionSummary]:
+                     offset: Annotated[int, Query(ge=0, le=_DB_INT_MAX)] = 0) -> Page[SubmissionSummary]:
     """Submissions, newest first, filtered by problem, current verdict, submitter, model or status."""
     f = queries.SubmissionFilter(problem_id=problem_filter(registry, problem),
                                  verdict=verdict.value if verdict else None, submitter=submitter, model=model,
@@ -106,7 +109,7 @@ def list_submissions(session: SessionDep, registry: RegistryDep,
 
 @router.delete("/{submission_id}", status_code=status.HTTP_204_NO_CONTENT,
                responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody}})
-def delete_submission(submission_id: int, session: SessionDep, _admin: AdminDep) -> Response:
+def delete_submission(submission_id: SubmissionId, session: SessionDep, _admin: AdminDep) -> Response:
     """Delete a submission with its results (admin)."""
     if not crud.delete_submission(session, submission_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {submission_id}")
@@ -116,7 +119,7 @@ def delete_submission(submission_id: int, session: SessionDep, _admin: AdminDep)
 @router.post("/{submission_id}/reeval", response_model=ReevalOne, responses={
     401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
     409: {"model": ErrorBody, "description": "Already queued or running."}})
-def reeval_submission(submission_id: int, session: SessionDep, settings: SettingsDep, registry: RegistryDep,
+def reeval_submission(submission_id: SubmissionId, session: SessionDep, settings: SettingsDep, registry: RegistryDep,
                       request_response: Response, _admin: AdminDep, regrade_only: bool = False) -> ReevalOne:
     """Evaluate one submission again (202), or with regrade_only grade its stored figures again (200)."""
     sub = queries.get_submission(session, submission_id)

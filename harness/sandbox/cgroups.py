@@ -1,0 +1,145 @@
+"""Per-child cgroups (v2, or the v1 memory and pids hierarchies), made under this process's own.
+
+A child's cgroup counts every descendant, even one that left the process group, so the memory and
+process limits bind them all and cleanup can find and kill them. Names are kh-<worker pid>-<random>:
+a starting worker removes those whose worker is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from harness.config import Settings
+
+log = logging.getLogger("harness.sandbox")
+
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+def own_dirs() -> dict[str, Path]:
+    """controller -> this process's cgroup dir: {"unified": ...} on v2, {"memory": ..., "pids": ...} on v1."""
+    dirs: dict[str, Path] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return dirs
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if controllers == "":
+            v2 = _CGROUP / rel if (_CGROUP / "cgroup.controllers").exists() else _CGROUP / "unified" / rel
+            dirs["unified"] = v2
+        for c in controllers.split(","):
+            if c in ("memory", "pids"):
+                dirs[c] = _CGROUP / c / rel
+    return dirs
+
+
+def version() -> str | None:
+    dirs = own_dirs()
+    probe = f"kh-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    v2 = dirs.get("unified")
+    if v2 is not None:
+        try:
+            controllers = (v2 / "cgroup.controllers").read_text().split()
+        except OSError:
+            controllers = []
+        if {"memory", "pids"} <= set(controllers):
+            with contextlib.suppress(OSError):
+                (v2 / probe).mkdir()
+                ok = (v2 / probe / "memory.max").exists() and (v2 / probe / "pids.max").exists()
+                (v2 / probe).rmdir()
+                if ok:
+                    return "v2"
+    if "memory" in dirs and "pids" in dirs:
+        try:
+            for c in ("memory", "pids"):
+                (dirs[c] / probe).mkdir()
+                (dirs[c] / probe).rmdir()
+            return "v1"
+        except OSError:
+            return None
+    return None
+
+
+def create(settings: Settings, version: str) -> list[Path]:
+    """The cgroups of one child, limits written; join them by writing a pid to each cgroup.procs."""
+    s = settings
+    name = f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    dirs = own_dirs()
+    mem = str(s.child_memory_mb * 2**20) if s.child_memory_mb else None
+    made: list[Path] = []
+    try:
+        if version == "v2":
+            cg = dirs["unified"] / name
+            cg.mkdir()
+            made.append(cg)
+            (cg / "pids.max").write_text(str(s.child_max_pids))
+            if mem:
+                (cg / "memory.max").write_text(mem)
+                with contextlib.suppress(OSError):
+                    (cg / "memory.swap.max").write_text("0")
+        else:
+            for c in ("pids", "memory"):
+                cg = dirs[c] / name
+                cg.mkdir()
+                made.append(cg)
+            (dirs["pids"] / name / "pids.max").write_text(str(s.child_max_pids))
+            if mem:
+                (dirs["memory"] / name / "memory.limit_in_bytes").write_text(mem)
+    except OSError:
+        for cg in made:
+            remove(cg)
+        raise
+    return made
+
+
+def empty(cg: Path) -> None:
+    for _ in range(50):
+        try:
+            pids = [int(x) for x in (cg / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        if (cg / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (cg / "cgroup.kill").write_text("1")
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def remove(cg: Path) -> None:
+    for _ in range(50):
+        try:
+            cg.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)  # the last killed processes are still being reaped
+    log.warning("cgroup %s could not be removed", cg)
+
+
+def sweep_stale() -> list[Path]:
+    """Remove the cgroups of children whose worker died (kh-<pid>-*, that pid gone), killing what is left."""
+    swept = []
+    for d in own_dirs().values():
+        for cg in d.glob("kh-*-*"):
+            try:
+                pid = int(cg.name.split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                empty(cg)
+                remove(cg)
+                swept.append(cg)
+    return swept

@@ -1,0 +1,193 @@
+"""The HTML pages through the app, without a browser: what they show, how query parameters sort and
+filter them, that user text is escaped, and 404s. (tests/web drives the same pages in Chromium.)"""
+
+from __future__ import annotations
+
+import random
+import re
+from html import unescape
+
+import pytest
+
+from harness import demo
+from harness.db import crud
+from harness.problems import get_registry
+
+from ..db.factories import eval_result, new_submission, seed
+
+HTML = {"accept": "text/html"}
+
+
+def store(db, problem: str, outcome: str, *, submitter: str = "alice", model: str = "m1", rng_seed: int = 0) -> int:
+    spec = get_registry().get(problem)
+    text, result = demo.demo_result(random.Random(rng_seed), spec, outcome, model=model)
+    with db.session() as s:
+        return demo.store(s, spec, text, result, submitter=submitter, model=model)
+
+
+def ids_in_table(html: str, table: str) -> list[int]:
+    body = html.split(f'<table id="{table}"', 1)[1].split("</table>", 1)[0]
+    return [int(i) for i in re.findall(r'<tr data-id="(\d+)"', body)]
+
+
+@pytest.fixture
+def demo_db(db):
+    with db.session() as s:
+        demo.seed_demo(s, get_registry().all(), seed=3)
+    return db
+
+
+def test_home_lists_every_problem_and_draws_one_fast_p_line_per_model(client, demo_db):
+    r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert r.text.count('<tr data-problem="') == 6
+    models = sorted(m.model for m in demo.MODELS)
+    assert re.findall(r'<path class="series" data-series="([^"]+)"', r.text) == models
+    by_submitter = client.get("/?by=submitter&baseline=compile").text
+    assert len(re.findall(r'<path class="series"', by_submitter)) == len({m.submitter for m in demo.MODELS})
+    assert "fast_p vs torch.compile" in by_submitter
+
+
+def test_home_shows_best_passing_speedup_and_pass_rate(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5), submitter="alice")  # 2x, 1.5x
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=2.0, compile_ms=1.5, max_rel_err=1.0), submitter="bob")  # wrong
+    row = client.get("/").text.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
+    assert "2.000×" in row and "1.500×" in row and "alice / m1" in row
+    assert "50%" in row and "1 of 2" in row
+
+
+def test_problem_page_ranks_passing_results_and_counts_every_verdict(client, db):
+    fast = store(db, "level2/75", "passed", submitter="fast", rng_seed=1)
+    slow = store(db, "level2/75", "passed", submitter="slow", rng_seed=2)
+    store(db, "level2/75", "compile_error", submitter="c")
+    store(db, "level2/75", "timeout", submitter="t")
+    store(db, "level2/75", "tf32_wrong_answer", submitter="w")
+    store(db, "level2/75", "flagged_tf32_flag", submitter="f")
+    r = client.get("/problems/level2/75")
+    assert r.status_code == 200
+    ranked = ids_in_table(r.text, "results")
+    assert sorted(ranked) == sorted([fast, slow])  # passing only, by default
+    for verdict in ("passed", "compile_error", "timeout", "wrong_answer", "flagged"):
+        assert f'data-verdict="{verdict}">' in r.text
+    assert '<svg class="chart strips"' in r.text and '<svg class="chart stacked"' in r.text
+    everything = client.get("/problems/gemm-groupnorm-min-biasadd?verdict=all").text
+    assert len(ids_in_table(everything, "results")) == 6
+    assert ids_in_table(client.get("/problems/level2/75?verdict=timeout").text, "results") != []
+
+
+def test_sorting_and_filtering_are_query_parameters(client, db):
+    a = store(db, "level2/62", "passed", submitter="anna", model="ma", rng_seed=11)
+    b = store(db, "level2/62", "passed", submitter="bert", model="mb", rng_seed=12)
+    c = store(db, "level2/62", "wrong_answer", submitter="cleo", model="ma", rng_seed=13)
+    assert ids_in_table(client.get("/problems/level2/62?verdict=all&sort=submitter").text, "results") == [a, b, c]
+    assert ids_in_table(client.get("/problems/level2/62?verdict=all&sort=submitter&order=desc").text,
+                        "results") == [c, b, a]
+    by_model = client.get("/problems/level2/62?verdict=all&model=ma").text
+    assert ids_in_table(by_model, "results") == [a, c]  # the ranked one first
+    assert ids_in_table(client.get("/problems/level2/62?verdict=wrong_answer").text, "results") == [c]
+    # Unknown sort keys fall back to the default order rather than failing.
+    assert client.get("/problems/level2/62?sort=nonsense&order=sideways").status_code == 200
+    # Header links keep the filters.
+    html = client.get("/problems/level2/62?verdict=all&model=ma").text
+    link = re.search(r'<a href="([^"]+)" data-sort="submitter"', html).group(1)
+    assert "verdict=all" in unescape(link) and "model=ma" in unescape(link) and "sort=submitter" in unescape(link)
+
+
+def test_a_lower_precision_result_is_marked_next_to_the_references_error(client, db):
+    sid = store(db, "level2/30", "passed_low_precision", rng_seed=5)
+    html = client.get("/problems/level2/30").text
+    row = html.split(f'<tr data-id="{sid}"', 1)[1].split("</tr>", 1)[0]
+    assert "lower precision" in row and 'class="num precision low"' in row and "ref " in row
+
+
+def test_submission_page_shows_source_logs_trials_timing_and_provenance(client, db):
+    ok = store(db, "level2/94", "passed", rng_seed=3)
+    html = client.get(f"/submissions/{ok}").text
+    assert '<div class="code" id="source">' in html and 'class="hl"' in html
+    assert html.count('<svg class="chart timing"') == 1 and "torch.compile" in html
+    assert 'id="trials"' in html and "NVIDIA H100 80GB HBM3" in html
+    assert 'http-equiv="refresh"' not in html
+    bad = store(db, "level2/94", "compile_error", rng_seed=4)
+    html = client.get(f"/submissions/{bad}").text
+    assert "compile error" in html and "ninja: build stopped" in html and "Traceback" in html
+
+
+def test_a_cut_off_reply_shows_the_text_as_received(client, db):
+    sid = store(db, "level2/37", "invalid_submission")
+    html = client.get(f"/submissions/{sid}").text
+    assert "invalid submission" in html and 'id="raw-text"' in html and "Here is the plan" in html
+
+
+def test_user_text_is_escaped_everywhere(client, db):
+    evil = "<script>alert(1)</script>"
+    sid = seed(db, eval_result(log_tail="<img src=x onerror=alert(2)>", max_rel_err=1.0), submitter=evil,
+               model="<b>m</b>")
+    for path in ("/", "/?by=submitter", "/?by=pair", "/problems/level2/75?verdict=all", f"/submissions/{sid}"):
+        html = client.get(path).text
+        assert evil not in html and "<img src=x" not in html and "<b>m</b>" not in html, path
+    html = client.get(f"/submissions/{sid}").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;img src=x onerror=alert(2)&gt;" in html
+
+
+def test_a_queued_or_running_submission_refreshes_itself(client, db):
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission("gemm-groupnorm-hardtanh"), token=None, queue_limit=None,
+                                        max_attempts=3)
+    html = client.get(f"/submissions/{sub.id}").text
+    assert '<meta http-equiv="refresh" content="5">' in html and "number 1 in the queue" in html
+    assert "1 waiting" in client.get("/").text
+
+
+def test_unknown_ids_get_html_404_pages_and_the_api_keeps_json(client):
+    r = client.get("/submissions/12345", headers=HTML)
+    assert r.status_code == 404 and "Unknown submission" in r.text
+    assert client.get("/submissions/abc", headers=HTML).status_code == 404
+    r = client.get("/problems/gemm_gn_hardtanh", headers=HTML)
+    assert r.status_code == 404 and "Did you mean" in r.text
+    for href in re.findall(r'href="(/problems/[^"]+)"', r.text):
+        assert client.get(href).status_code == 200, href  # every suggestion leads to its problem
+    r = client.get("/no/such/page", headers=HTML)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    r = client.get("/api/submissions/12345", headers=HTML)
+    assert r.status_code == 404 and r.json()["detail"] == "no submission 12345"
+    assert client.get("/no/such/page").json() == {"detail": "Not Found"}
+
+
+def test_static_files_and_highlight_css_are_served(client):
+    assert client.get("/static/style.css").status_code == 200
+    assert "addEventListener" in client.get("/static/pages.js").text
+    css = client.get("/highlight.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and ".hl" in css.text
+
+
+def test_empty_database_pages_render(client):
+    assert "No results yet" in client.get("/").text
+    assert "No submissions match" in client.get("/problems/level2/88").text
+
+
+def test_highlighting_keeps_the_source_exact_and_lexes_cuda_strings_as_cuda():
+    from html import unescape as text_of
+
+    from harness.api.submission_page import highlighted
+
+    source = ('import torch\nsrc = r"""\n#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1.f; }\n'
+              '// </script><script>alert(1)</script>\n"""\nclass ModelNew(torch.nn.Module):\n    pass\n')
+    html = str(highlighted(source))
+    assert "<script>" not in html
+    code = html.split('<td class="code">', 1)[1]
+    assert text_of(re.sub(r"<[^>]+>", "", code)).rstrip("\n") == source.rstrip("\n")
+    assert '<span class="kt">float</span>' in html  # a CUDA type, not part of a Python string
+    assert str(highlighted('x = """never closed')).count("never closed") == 1
+
+
+def test_home_table_sorts_by_query_parameters(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=3.0), submitter="a")  # level2/75: 3x
+    seed(db, eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", candidate_ms=1.0, eager_ms=2.0))  # 2x
+
+    def order(query: str) -> list[str]:
+        return re.findall(r'<tr data-problem="([^"]+)"', client.get("/" + query).text)
+
+    by_speed = order("?sort=best_eager")
+    assert by_speed[:2] == ["gemm-groupnorm-min-biasadd", "gemm-groupnorm-hardtanh"]  # best first, empty last
+    assert order("?sort=best_eager&order=asc")[:2] == ["gemm-groupnorm-hardtanh", "gemm-groupnorm-min-biasadd"]
+    assert order("")[0] == "gemm-groupnorm-hardtanh"  # by KernelBench id: level2/30 first

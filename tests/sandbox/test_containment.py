@@ -1,0 +1,277 @@
+"""Hostile submissions against the real sandbox: each gets a verdict, the attack fails, the host is unaffected.
+
+The fixtures (tests/fixtures/hostile/) raise `LEAK: ...` when an attack works, so a contained attack
+on a correct model passes. Run as root (as CI does), the candidate has its own uid, network and mount
+namespaces and cgroups; the tests that need one of those say so when the platform lacks it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.config import Settings
+from harness.sandbox import capabilities, cgroups, limits
+from harness.sandbox.runner import EvalOptions, evaluate
+from harness.verdicts import Verdict
+
+from ..conftest import FIXTURES, skip_or_fail
+
+HOSTILE = FIXTURES / "hostile"
+
+
+def _need(what: str) -> None:
+    p = capabilities.platform()
+    have = {"root": p.root, "netns": p.netns, "user": p.user_switch, "cgroup": p.cgroup is not None}[what]
+    if not have:
+        skip_or_fail("sandbox", f"the platform lacks {what}: {p.describe()}")
+
+
+@pytest.fixture(scope="module")
+def jail_settings(tmp_path_factory) -> Settings:
+    root = tmp_path_factory.mktemp("contained")
+    return Settings(data_dir=root / "data", scratch_dir=root / "scratch", timed_calls_cpu=2, warmup_calls=0,
+                    correctness_trials=2, kill_grace_s=1.0, child_memory_mb=1536, child_max_pids=256,
+                    child_disk_mb=64, compile_baseline="off")
+
+
+def _run(registry, settings: Settings, name: str, **subs: object):
+    text = (HOSTILE / name).read_text()
+    for key, value in subs.items():
+        text = text.replace(f"__{key.upper()}__", str(value))
+    return evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), settings)
+
+
+def _assert_contained(r) -> None:
+    """A correct model whose attack failed: passed, or flagged by the static pre-check for trying."""
+    assert r.verdict in (Verdict.passed, Verdict.flagged), r.message + r.log_excerpt
+    assert r.verdict == Verdict.passed or r.message.startswith("correct"), r.message
+    assert "LEAK" not in r.message + (r.observations.log_tail or "")
+
+
+def _leftovers(settings: Settings) -> list[int]:
+    return [pid for uid in range(settings.sandbox_uid_base, settings.sandbox_uid_base + settings.sandbox_uid_count)
+            for pid in limits._pids_of_uid(uid)]
+
+
+def test_the_platform_probe_reports_what_it_found():
+    p = capabilities.platform()
+    assert p.describe()
+    if p.root:
+        _need("user")
+        _need("netns")
+
+
+def test_a_submission_cannot_connect_to_the_api_port_or_see_any_interface(registry, jail_settings):
+    _need("netns")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        accepted: list[object] = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    accepted.append(server.accept())
+                except OSError:
+                    continue
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        r = _run(registry, jail_settings, "net_connect.py", port=server.getsockname()[1])
+        stop.set()
+        t.join(2)
+    _assert_contained(r)
+    assert not accepted
+    assert "connect failed as it should" in (r.observations.log_tail or "")
+
+
+def test_a_submission_reads_no_secret_and_runs_as_a_sandbox_uid(registry, jail_settings, monkeypatch):
+    _need("user")
+    monkeypatch.setenv("KH_SECRET_MARKER", "token-that-must-not-leak")
+    data = jail_settings.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    db, token = data / "harness.db", data / "admin-token"
+    db.write_text("KH_SECRET_MARKER sqlite")
+    db.chmod(0o644)  # loose permissions: the mount namespace hides it anyway
+    token.write_text("KH_SECRET_MARKER admin")
+    other = data / "jobs" / "someone-else" / "submission.txt"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text("KH_SECRET_MARKER their source")
+    r = _run(registry, jail_settings, "read_secrets.py", db=db, token=token, other=other)
+    _assert_contained(r)
+    log = r.observations.log_tail or ""
+    assert f"uid {jail_settings.sandbox_uid_base}" in log or "uid 9" in log
+    assert "groups []" in log
+
+
+def test_a_fork_bomb_ends_with_a_verdict_and_leaves_no_process(registry, jail_settings):
+    _need("root")
+    r = _run(registry, jail_settings, "fork_bomb.py")
+    assert r.verdict in (Verdict.runtime_error, Verdict.timeout, Verdict.crashed), r.message
+    assert not _leftovers(jail_settings)
+    assert os.fork  # the host can still fork
+    subprocess.run(["true"], check=True)
+    leftover_cgroups = [d for d in cgroups.own_dirs().values() if d.exists()
+                        for d in d.glob(f"kh-{os.getpid()}-*")]
+    assert not leftover_cgroups
+
+
+def test_a_submission_deleting_outside_its_dirs_removes_nothing_of_ours(registry, jail_settings, tmp_path):
+    _need("user")
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "keep.txt").write_text("still here")
+    jail_settings.data_dir.mkdir(parents=True, exist_ok=True)
+    (jail_settings.data_dir / "harness.db").write_text("db")
+    r = _run(registry, jail_settings, "delete_outside.py", canary=canary, data=jail_settings.data_dir)
+    _assert_contained(r)
+    assert (canary / "keep.txt").read_text() == "still here"
+    assert (jail_settings.data_dir / "harness.db").exists()
+
+
+def test_a_200_gb_allocation_in_init_gets_a_verdict(registry, jail_settings):
+    r = _run(registry, jail_settings, "alloc_200gb.py")
+    assert r.verdict in (Verdict.runtime_error, Verdict.crashed), r.message
+
+
+def test_touching_more_memory_than_the_cgroup_allows_kills_that_child_only(registry, jail_settings):
+    _need("cgroup")
+    r = _run(registry, jail_settings, "memory_touch.py", gib=3)
+    assert r.verdict == Verdict.crashed, r.message + r.log_excerpt
+    assert "SIGKILL" in r.message
+
+
+def test_filling_the_disk_is_stopped_at_the_childs_share(registry, jail_settings):
+    r = _run(registry, jail_settings, "disk_fill.py", files=40)
+    assert r.verdict in (Verdict.crashed, Verdict.runtime_error), r.message
+    assert "disk" in (r.observations.log_tail or "")
+    scratch = jail_settings.scratch_dir
+    assert scratch is not None and not list(scratch.glob("kh-eval-*")), "the scratch dir was not cleaned"
+
+
+def test_opening_files_without_end_hits_the_open_files_limit(registry, jail_settings):
+    r = _run(registry, jail_settings, "open_files.py")
+    assert r.verdict == Verdict.runtime_error, r.message
+    assert "Too many open files" in r.message + r.log_excerpt
+
+
+def test_burning_cpu_at_import_is_ended_by_the_cpu_limit(registry, jail_settings):
+    r = _run(registry, jail_settings.model_copy(update={"child_cpu_s": 6}), "cpu_burn.py")
+    assert r.verdict in (Verdict.crashed, Verdict.timeout), r.message
+    assert "SIGXCPU" in r.message or r.verdict == Verdict.timeout
+
+
+def test_a_worker_refuses_an_unsafe_sandbox_unless_allowed(jail_settings):
+    with pytest.raises(capabilities.UnsafeSandbox, match="allow-unsafe-sandbox"):
+        capabilities.check_safe(jail_settings.model_copy(update={"sandbox_network": "off"}))
+    capabilities.check_safe(jail_settings.model_copy(update={"sandbox_network": "off", "allow_unsafe_sandbox": True}))
+
+
+def test_a_launcher_failure_is_the_harness_fault_not_the_submissions(registry, jail_settings, monkeypatch):
+    monkeypatch.setattr(limits.Jail, "config", lambda self, cwd: {"cwd": "/nonexistent/kh"})
+    r = _run(registry, jail_settings, "open_files.py")
+    assert r.verdict == Verdict.infra_error, r.message
+    assert "launcher" in r.message or "sandbox" in r.message
+
+
+def test_uids_are_never_shared_between_live_jails(jail_settings, tmp_path):
+    _need("user")
+    a = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
+    b = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
+    a.setup()
+    try:
+        b.setup()
+        try:
+            assert a.uid is not None and b.uid is not None and a.uid != b.uid
+            assert Path(tmp_path).stat().st_uid == b.uid
+        finally:
+            b.cleanup()
+    finally:
+        a.cleanup()
+    assert a.uid is None and not a.cgroups
+
+
+def test_cgroups_left_by_a_dead_worker_are_swept(jail_settings):
+    _need("cgroup")
+    pid = subprocess.Popen(["true"])  # a pid that is surely gone
+    pid.wait()
+    stale = [d / f"kh-{pid.pid}-deadbeef" for d in cgroups.own_dirs().values()
+             if d.exists() and (d / "cgroup.procs").exists()]
+    for d in stale:
+        d.mkdir()
+    swept = cgroups.sweep_stale()
+    assert set(stale) <= set(swept) and not any(d.exists() for d in stale)
+
+
+_BASE = (FIXTURES / "submissions" / "l75_pytorch_correct.py").read_text()
+
+
+@pytest.mark.parametrize("text", [
+    bytes(range(256)).decode("latin-1") * 4096,  # 1 MB of garbage
+    _BASE.replace("import torch\n", "import torch\nx = '\x00'\n", 1),  # NUL bytes
+    "```python\n" + _BASE + "\x00\n```",
+    _BASE + "\nx = " + "(" * 100_000 + "1" + ")" * 100_000 + "\n",  # nested past the parser's limit
+    _BASE + "\n" + "".join(" " * i + "if True:\n" for i in range(200)) + " " * 200 + "pass\n",
+    _BASE + "\nx = " + "+".join(["1"] * 30_000) + "\n",  # an expression too deep for the compiler
+], ids=["garbage-1mb", "nul", "fenced-nul", "nested-parens", "nested-blocks", "deep-expression"])
+def test_hostile_texts_get_a_verdict(registry, jail_settings, text):
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), jail_settings)
+    assert r.verdict == Verdict.invalid_submission, r.message
+    assert r.message
+
+
+@pytest.mark.parametrize("command", [["worker", "--gpus", "none"], ["serve", "--open"]])
+def test_the_worker_and_serve_commands_refuse_an_unsafe_sandbox(tmp_path, command):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    env.update(HARNESS_DATA_DIR=str(tmp_path / "data"), HARNESS_SANDBOX_NETWORK="off", HARNESS_PORT="0",
+               PYTHONPATH=str(Path(__file__).parents[2]))
+    p = subprocess.run([sys.executable, "-m", "harness", *command], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "--allow-unsafe-sandbox" in p.stderr and "network namespace" in p.stderr
+
+
+def test_handing_a_tree_to_a_sandbox_uid_never_follows_links(jail_settings, tmp_path):
+    _need("user")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("root's")
+    tree = tmp_path / "build"
+    tree.mkdir()
+    (tree / "link").symlink_to(outside)
+    os.link(outside, tree / "hard")
+    j = limits.jail(jail_settings, untrusted=True, writable=[tree])
+    j.setup()
+    try:
+        assert tree.stat().st_uid == j.uid
+        assert outside.stat().st_uid == 0
+    finally:
+        j.cleanup()
+
+
+def test_a_problem_file_the_sandbox_user_cannot_read_is_an_infra_error_that_says_so(jail_settings, tmp_path):
+    _need("user")
+    from harness.problems import get_registry
+
+    level = tmp_path / "kb" / "level2"
+    level.mkdir(parents=True)
+    builtin = Path(__file__).parents[2] / "harness/problems/kernelbench/level2/75_Gemm_GroupNorm_Min_BiasAdd.py"
+    problem = level / builtin.name
+    problem.write_text(builtin.read_text().replace("batch_size = 1024", "batch_size = 4").replace(
+        "in_features = 8192", "in_features = 64").replace("out_features = 8192", "out_features = 64").replace(
+        "num_groups = 512", "num_groups = 8"))
+    problem.chmod(0o600)
+    spec = get_registry(level).get("level2/75")
+    assert spec.source_path == problem
+    r = evaluate(spec, (FIXTURES / "submissions" / "l75_pytorch_correct.py").read_text(),
+                 EvalOptions(device="cpu", timing=False), jail_settings)
+    assert r.verdict == Verdict.infra_error and "world-readable" in r.message, r.message
+    assert not _leftovers(jail_settings)
