@@ -57,7 +57,7 @@ def main() -> int:
     settings = get_settings()
     spec = get_registry().get(args.problem)
     for path in args.submissions:
-        r = evaluate(spec, path.read_text(), EvalOptions(device=args.device, size=args.size), settings)
+        r = evaluate(spec, path.read_text(), EvalOptions(device=args.device, size=args.size, compile_baseline="off"), settings)
         o = r.observations
         ct, et, env = o.candidate_timing, o.eager_timing, o.envelope
         print(f"== {path.name}: {r.verdict.value} {[f.check for f in r.flags]} {r.message[:160]}")
@@ -68,6 +68,8 @@ def main() -> int:
                   f"overhead {ct.overhead_ms:.4f} loop wall {ct.loop_wall_ms:.4f} ms/call (n={ct.n})")
             print(f"   eager:     median {et.median_ms:.4f} raw {et.raw_median_ms:.4f} mean {et.mean_ms:.4f} "
                   f"overhead {et.overhead_ms:.4f} loop wall {et.loop_wall_ms:.4f} ms/call (n={et.n})")
+        if o.kernels is not None:
+            print(f"   kernels: {len(o.kernels.names or [])} names, custom {o.kernels.custom}, error {o.kernels.error}")
         if env:
             print(f"   envelope: wall {env.wall_ms:.2f} ms, calls {env.calls}+{env.overhead_calls}, "
                   f"trusted loop {env.loop_ms} ms/call, implied {env.implied_ms()} ms/call", flush=True)

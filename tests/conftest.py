@@ -11,8 +11,6 @@ from harness.problems import get_registry
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult
 
-from .postgres_server import PostgresServer, find_bindir
-
 FIXTURES = Path(__file__).parent / "fixtures"
 SUBMISSIONS = FIXTURES / "submissions"
 
@@ -82,6 +80,8 @@ def run_fixture(settings, registry):
 @pytest.fixture(scope="session")
 def postgres():
     """A PostgreSQL server for the session: HARNESS_TEST_POSTGRES_URL's, or a throwaway one started here."""
+    from .postgres_server import PostgresServer, find_bindir  # psycopg only where PostgreSQL is tested
+
     url = os.environ.get("HARNESS_TEST_POSTGRES_URL")
     if url:
         yield PostgresServer(url)

@@ -56,6 +56,9 @@ def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
     env.update(
         HOME=str(home), TMPDIR=str(home), PYTHONPATH=pythonpath, PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", LANG=env.get("LANG", "C.UTF-8"),
+        # A sandbox uid has no passwd entry; getpass.getuser() (torch.compile's cache, the profiler's
+        # kernel trace) reads these first.
+        USER="harness-sandbox", LOGNAME="harness-sandbox",
     )
     env.update(extra)
     return env

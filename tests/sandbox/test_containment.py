@@ -113,6 +113,13 @@ def test_a_submission_reads_no_secret_and_runs_as_a_sandbox_uid(registry, jail_s
     assert "groups []" in log
 
 
+def test_a_sandbox_uid_without_a_passwd_entry_can_still_say_who_it_is(registry, jail_settings):
+    # torch.compile's cache dir and the torch profiler (the kernel trace) call getpass.getuser().
+    _need("user")
+    r = _run(registry, jail_settings, "user_lookup.py")
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+
+
 def test_a_fork_bomb_ends_with_a_verdict_and_leaves_no_process(registry, jail_settings):
     _need("root")
     r = _run(registry, jail_settings, "fork_bomb.py")

@@ -31,6 +31,9 @@ def _show(tag: str, r: EvalResult) -> None:
     print(f"\n{tag}: {r.verdict.value} {[f.check for f in r.flags]} :: {r.message[:200]}")
     for f in r.flags:
         print(f"    {f.check}: {f.detail[:300]}")
+    k = r.observations.kernels
+    if k is not None and (k.error or k.names is None):
+        print(f"    kernel trace failed: {k.error}")
 
 
 def _check(e: Exploit, r: EvalResult) -> None:

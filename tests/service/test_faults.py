@@ -146,7 +146,7 @@ def test_a_held_write_lock_makes_writers_wait_then_answers_503_never_500(svc_set
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("\x00" * 1000, 202),  # NUL bytes are stored and judged invalid_submission
+    ("\x00" * 1000, 422),  # NUL bytes: refused with a message (no source needs one; PostgreSQL cannot store one)
     ("x" * 1_100_000, 413),  # more than the body limit
 ])
 def test_hostile_texts_over_http_get_an_answer_with_a_message(svc_settings, tmp_path, text, expected):

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from ..conftest import skip_or_fail
-from ..postgres_server import find_bindir
 
 REPO = Path(__file__).parents[2]
+
+pytest.importorskip("psycopg")  # a core dependency; absent only on a GPU host with a preinstalled torch
+from ..postgres_server import find_bindir  # noqa: E402
 
 
 @pytest.mark.slow
