@@ -57,7 +57,8 @@ def main() -> int:
     settings = get_settings()
     spec = get_registry().get(args.problem)
     for path in args.submissions:
-        r = evaluate(spec, path.read_text(), EvalOptions(device=args.device, size=args.size, compile_baseline="off"), settings)
+        options = EvalOptions(device=args.device, size=args.size, compile_baseline="off")
+        r = evaluate(spec, path.read_text(), options, settings)
         o = r.observations
         ct, et, env = o.candidate_timing, o.eager_timing, o.envelope
         print(f"== {path.name}: {r.verdict.value} {[f.check for f in r.flags]} {r.message[:160]}")
