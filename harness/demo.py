@@ -260,7 +260,8 @@ def _provenance(rng: random.Random, when: datetime) -> Provenance:
 
 def demo_result(rng: random.Random, spec: ProblemSpec, outcome: str, *, model: str = "demo", attempt: int = 1,
                 skill: float = 0.85, when: datetime | None = None) -> tuple[str, EvalResult]:
-    """A submission text and its graded result for one outcome, evaluated at `when` (default: lately)."""
+    """A submission text and its graded result for one outcome, evaluated at `when` (default: now, for a
+    submission stored now: never evaluated before it was submitted)."""
     kb = spec.kernelbench_id or "level2/75"
     ceiling = H100_TIMES.get(kb, H100_TIMES["level2/75"])[2]
     if outcome == "tf32_wrong_answer":
@@ -274,7 +275,7 @@ def demo_result(rng: random.Random, spec: ProblemSpec, outcome: str, *, model: s
         model=model, attempt=attempt, idea=rng.choice(_IDEAS), kernel=kernel, block=rng.choice((128, 256, 512)))
     obs = observations(rng, outcome, kb, speedup, kernel)
     g = grading.grade(obs, spec.tolerance)
-    started = when or datetime.now(timezone.utc) - timedelta(minutes=rng.randrange(10, 40_000))
+    started = when or datetime.now(timezone.utc)
     result = EvalResult(
         verdict=g.verdict, message=g.message, log_excerpt=g.log_excerpt, flags=g.flags,
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size="default",
