@@ -76,6 +76,12 @@ def test_speed_of_light_flags_the_impossible_and_passes_a_kernel_at_the_floor():
     assert _checks(_passing(candidate_timing=_timing(0.05), speed_of_light=sol)) == (Verdict.flagged,
                                                                                       ["speed_of_light"])
     assert _checks(_passing(candidate_timing=_timing(0.17), speed_of_light=sol))[0] == Verdict.passed
+    # A tiny honest kernel whose median is ~0 once the empty-call overhead is taken off: judged on its raw median.
+    tiny = SpeedOfLight(flops=2e6, min_bytes=1e6, flops_per_s=800e12, bytes_per_s=3e12)  # floor 0.33 us
+    zeroed = _timing(0.0).model_copy(update={"raw_median_ms": 0.021})
+    assert _checks(_passing(candidate_timing=zeroed, speed_of_light=tiny))[0] == Verdict.passed
+    no_op = _timing(0.0).model_copy(update={"raw_median_ms": 0.021})
+    assert _checks(_passing(candidate_timing=no_op, speed_of_light=sol)) == (Verdict.flagged, ["speed_of_light"])
 
 
 def test_more_than_ten_times_torch_compile_is_held_for_review():
