@@ -204,7 +204,8 @@ def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r:
         candidate_ms=obs.candidate_timing.median_ms if obs.candidate_timing else None,
         eager_ms=obs.eager_timing.median_ms if obs.eager_timing else None,
         compile_ms=obs.compile_timing.median_ms if obs.compile_timing else None,
-        harness_version=prov.harness_version if prov else None, payload=r.model_dump(mode="json"),
+        harness_version=prov.harness_version if prov else None, flags=[f.check for f in r.flags],
+        payload=r.model_dump(mode="json"),
     )
 
 

@@ -139,6 +139,8 @@ class Result(Base):
     compile_ms: Mapped[float | None]
     harness_version: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The checks of its flags (e.g. "no_custom_kernel", "static:introspection"): what ranking needs of them.
+    flags: Mapped[list[str]] = mapped_column(default=list)
     # The whole EvalResult: every raw figure, so any tolerance can be re-graded without a GPU.
     payload: Mapped[dict[str, Any]]
 

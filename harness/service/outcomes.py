@@ -41,4 +41,4 @@ def scored(sub: Submission, res: Result) -> Scored:
                   verdict=res.verdict, device=res.device, device_name=res.device_name, size=res.size,
                   speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile,
                   candidate_ms=res.candidate_ms, created_at=res.created_at,
-                  unranked=any(f.get("check") in UNRANKED_CHECKS for f in (res.payload or {}).get("flags") or []))
+                  unranked=any(check in UNRANKED_CHECKS for check in res.flags or []))

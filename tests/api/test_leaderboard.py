@@ -71,3 +71,17 @@ def test_infra_errors_count_nowhere(client, db):
 def test_unknown_problem_is_404(client):
     r = client.get("/api/leaderboard?problem=nope")
     assert r.status_code == 404 and "unknown problem" in r.json()["detail"]
+
+
+def test_a_passed_result_without_a_custom_kernel_counts_for_fast_p_but_is_not_ranked(client, db):
+    from harness.schema import Flag
+
+    honest = eval_result(candidate_ms=1.0, eager_ms=2.0)
+    wrapper = eval_result(candidate_ms=0.5, eager_ms=2.0).model_copy(
+        update={"flags": [Flag(check="no_custom_kernel", detail="forward launched only library kernels")]})
+    seed(db, honest, submitter="alice", model="m1")
+    seed(db, wrapper, submitter="bob", model="m2")  # faster, but its forward ran only PyTorch's kernels
+    got = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]
+    assert [r["submitter"] for r in got["rows"]] == ["alice"]
+    bob = {(r["submitter"], r["model"]): r for r in got["fast_p"]}[("bob", "m2")]
+    assert bob["correct"] == 1

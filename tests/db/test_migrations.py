@@ -3,6 +3,7 @@ starting together (on PostgreSQL too); SQLite is set up in WAL mode with a busy 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,3 +84,42 @@ def test_processes_starting_together_migrate_once_from_outside_the_repo(tmp_path
     with db.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
     db.dispose()
+
+
+@pytest.mark.both_databases
+def test_the_flags_column_is_backfilled_from_stored_payloads(db_settings):
+    """0002 adds results.flags: a database stored before it keeps ranking its flagged results apart."""
+    from alembic import command
+    from sqlalchemy import update
+
+    from harness.db import crud
+    from harness.db.models import Result
+    from harness.db.session import make_engine
+    from harness.schema import Flag
+
+    from .factories import eval_result, new_submission
+
+    # A database at head with two results, then taken back to 0001 as a database made before 0002 was.
+    db = Database(db_settings)
+    with db.session() as s:
+        flagged = eval_result().model_copy(update={"flags": [Flag(check="no_custom_kernel", detail="d")]})
+        ids = []
+        for r in (flagged, eval_result()):
+            sub, _ = crud.create_submission(s, new_submission(), token=None, queue_limit=None, max_attempts=3)
+            claim = crud.claim_job(s, "w", 60)
+            crud.complete_job(s, claim.job_id, claim.claim_token, r)
+            ids.append(sub.id)
+        s.execute(update(Result).values(flags=[]))  # what 0002 must recover from the payloads
+        s.commit()
+    db.dispose()
+    engine = make_engine(db_settings)
+    with engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0001")
+        assert "flags" not in {c["name"] for c in inspect(conn).get_columns("results")}
+        command.upgrade(cfg, "head")
+        got = dict(conn.execute(text("SELECT submission_id, flags FROM results")).all())
+    engine.dispose()
+    as_lists = {k: v if isinstance(v, list) else json.loads(v) for k, v in got.items()}
+    assert as_lists == {ids[0]: ["no_custom_kernel"], ids[1]: []}

@@ -162,7 +162,8 @@ def test_leaderboard_and_problem_pages_with_10000_results(svc_settings, tmp_path
     try:
         with httpx.Client(timeout=120) as c:
             for name, path in [("leaderboard", "/api/leaderboard?problem=level2/75"),
-                               ("problem", "/api/problems/level2/75"), ("submissions_page", "/api/submissions")]:
+                               ("problem", "/api/problems/level2/75"), ("submissions_page", "/api/submissions"),
+                               ("home_html", "/"), ("problem_html", "/problems/level2/75")]:
                 runs = []
                 for _ in range(3):
                     t = time.perf_counter()
