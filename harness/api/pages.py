@@ -210,16 +210,8 @@ DEFAULT_DESCENDING = {"speedup_eager", "speedup_compile", "submitted", "id", "be
                       "submissions", "pass_rate"}
 
 
-def _worst(payload: dict[str, Any], name: str) -> float | None:
-    """The largest figure over every output of every trial, read from the stored payload as it is:
-    a page lists thousands of results and validating each whole EvalResult would dominate."""
-    trials = (payload.get("observations") or {}).get("trials") or []
-    vals = [v for t in trials for o in t.get("outputs") or [] if (v := o.get(name)) is not None]
-    return max(vals) if vals else None
-
-
 def result_row(sub: Submission, res: Result | None) -> ResultRow:
-    payload = res.payload if res is not None else {}
+    """A results-table row from columns only: a page lists thousands and a payload is large to parse."""
     return ResultRow(
         submission_id=sub.id, submitter=sub.submitter, model=sub.model, status=sub.status, verdict=sub.verdict,
         message=res.message if res else None, device=res.device if res else None,
@@ -227,9 +219,9 @@ def result_row(sub: Submission, res: Result | None) -> ResultRow:
         speedup_vs_eager=res.speedup_vs_eager if res else None,
         speedup_vs_compile=res.speedup_vs_compile if res else None,
         candidate_ms=res.candidate_ms if res else None, created_at=sub.created_at,
-        flags=[f.get("check", "") for f in payload.get("flags") or []],
-        max_abs_err=_worst(payload, "max_abs_err"), err_vs_fp64=_worst(payload, "err_vs_fp64"),
-        ref_err_vs_fp64=_worst(payload, "ref_err_vs_fp64"))
+        flags=list(res.flags or []) if res else [],
+        max_abs_err=res.max_abs_err if res else None, err_vs_fp64=res.err_vs_fp64 if res else None,
+        ref_err_vs_fp64=res.ref_err_vs_fp64 if res else None)
 
 
 @dataclass
@@ -251,7 +243,7 @@ class ProblemPage:
 def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, device: str | None, model: str | None,
                  verdict: str | None, sort: str, descending: bool) -> ProblemPage:
     pairs, _ = queries.list_submissions(session, queries.SubmissionFilter(problem_id=spec.id), limit=ROW_LIMIT,
-                                        offset=0)
+                                        offset=0, with_text=False)
     rows = [result_row(sub, res) for sub, res in pairs
             if res is None or res.problem_version == spec.version]
     dev = pick_device(device, {r.device for r in rows if r.verdict})

@@ -192,9 +192,23 @@ def delete_submission(session: Session, submission_id: int) -> bool:
 
 # ---- results ---------------------------------------------------------------------------------------
 
+ERROR_FIGURES = ("max_abs_err", "err_vs_fp64", "ref_err_vs_fp64")
+
+
+def worst_errors(payload: dict[str, Any]) -> dict[str, float | None]:
+    """The largest of each error figure over every output of every trial of a stored EvalResult."""
+    trials = (payload.get("observations") or {}).get("trials") or []
+    worst: dict[str, float | None] = {}
+    for name in ERROR_FIGURES:
+        vals = [v for t in trials for o in t.get("outputs") or [] if (v := o.get(name)) is not None]
+        worst[name] = max(vals) if vals else None
+    return worst
+
+
 def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r: EvalResult,
                 regraded_from: int | None = None) -> Result:
     obs, prov = r.observations, r.provenance
+    payload = r.model_dump(mode="json")
     return Result(
         submission_id=submission_id, job_id=job_id, origin=origin.value, regraded_from=regraded_from,
         verdict=r.verdict.value, message=_text(r.message), problem_id=r.problem.id, problem_version=r.problem.version,
@@ -205,7 +219,7 @@ def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r:
         eager_ms=obs.eager_timing.median_ms if obs.eager_timing else None,
         compile_ms=obs.compile_timing.median_ms if obs.compile_timing else None,
         harness_version=prov.harness_version if prov else None, flags=[f.check for f in r.flags],
-        payload=r.model_dump(mode="json"),
+        **worst_errors(payload), payload=payload,
     )
 
 

@@ -141,6 +141,10 @@ class Result(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # The checks of its flags (e.g. "no_custom_kernel", "static:introspection"): what ranking needs of them.
     flags: Mapped[list[str]] = mapped_column(default=list)
+    # The largest error figures over every output of every trial: what a results table shows of them.
+    max_abs_err: Mapped[float | None] = mapped_column(default=None)
+    err_vs_fp64: Mapped[float | None] = mapped_column(default=None)
+    ref_err_vs_fp64: Mapped[float | None] = mapped_column(default=None)
     # The whole EvalResult: every raw figure, so any tolerance can be re-graded without a GPU.
     payload: Mapped[dict[str, Any]]
 

@@ -88,11 +88,15 @@ def _filtered(q, f: SubmissionFilter):
     return q
 
 
-def list_submissions(session: Session, f: SubmissionFilter, *, limit: int, offset: int
+def list_submissions(session: Session, f: SubmissionFilter, *, limit: int, offset: int, with_text: bool = True
                      ) -> tuple[Sequence[tuple[Submission, Result | None]], int]:
-    """A page of submissions, newest first, each with its current result; and the total count."""
+    """A page of submissions, newest first, each with its current result; and the total count. Without
+    `with_text`, neither the submitted texts nor the results' payloads are loaded (a page of thousands that
+    shows their columns only)."""
     total = session.scalar(_filtered(select(func.count(Submission.id)), f)) or 0
     q = _filtered(select(Submission, Result).outerjoin(Result, Result.id == Submission.current_result_id), f)
+    if not with_text:
+        q = q.options(defer(Submission.text), defer(Submission.meta), defer(Result.payload))
     rows = session.execute(q.order_by(Submission.id.desc()).limit(limit).offset(offset)).all()
     return rows, total
 
