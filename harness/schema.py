@@ -174,6 +174,9 @@ class Observations(BaseModel):
     static_findings: list[StaticFinding] = Field(default_factory=list)
     reference_error: str | None = None  # the trusted side failed: infra_error
     candidate_exit: ChildExit | None = None
+    # Candidate start to its 'imported' message on the parent's clock: interpreter, torch and any load_inline
+    # build (little but the imports when the build dir was ready). Throughput figures, never graded.
+    candidate_import_s: float | None = None
     candidate_error: ChildError | None = None
     flag_changes: list[FlagChange] = Field(default_factory=list)
     trials_expected: int = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from harness.cli import bench as bench_cmd
 from harness.cli import db as db_cmd
 from harness.cli import demo as demo_cmd
 from harness.cli import eval as eval_cmd
@@ -28,6 +29,7 @@ app.command("eval-dir")(eval_dir_cmd.eval_dir_command)
 app.add_typer(tokens_cmd.app, name="tokens")
 app.add_typer(db_cmd.app, name="db")
 app.command("demo-seed")(demo_cmd.demo_seed_command)
+app.add_typer(bench_cmd.app, name="bench")
 
 
 def main() -> None:

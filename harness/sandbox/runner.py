@@ -417,7 +417,9 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                 if violation is not None:
                     obs.protocol_violations.append(violation)
                     break
-                if msg.event == "constructed":
+                if msg.event == "imported":
+                    obs.candidate_import_s = msg.received_at - proc.started_at
+                elif msg.event == "constructed":
                     build_lock.close()
                     obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
                     exit_info.phase, exit_info.deadline_s = Phase.correctness, run_limit

@@ -44,11 +44,17 @@ def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture,
     sos = list((settings.data_dir / "builds").glob("*/kh_test_hardtanh/*.so"))
     assert len(sos) == 1
     built_at = sos[0].stat().st_mtime_ns
+    ninja_log = sos[0].parent / ".ninja_log"  # a line per compile or link ninja ran in this build dir
+    edges = ninja_log.read_text()
     t0 = time.monotonic()
     second = run_fixture("level2/30", "l30_cpp_correct.py", timing=False)
     assert second.verdict == Verdict.passed
     assert sos[0].stat().st_mtime_ns == built_at, "an identical source was rebuilt"
+    assert ninja_log.read_text() == edges, "the compiler ran again for an identical source"
     assert time.monotonic() - t0 < 30
+    # The import phase (start to 'imported', parent's clock) held the build the first time only.
+    assert first.observations.candidate_import_s is not None and second.observations.candidate_import_s is not None
+    assert second.observations.candidate_import_s < first.observations.candidate_import_s
 
 
 def test_cpp_that_does_not_compile_is_compile_error_with_the_compilers_message(run_fixture):

@@ -1,0 +1,120 @@
+"""`harness bench throughput`: serial against pipelined evaluation of N distinct load_inline submissions."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.problems import get_registry
+from harness.service import throughput
+from harness.service.devices import SlotError
+from harness.service.runtime import settings_with, setup_logging
+
+app = typer.Typer(help="Measure the harness itself.", no_args_is_help=True)
+
+
+def render(rep: throughput.ThroughputReport, console: Console) -> None:
+    arch = (rep.arch_list or "the GPU's own (default)") if rep.device == "cuda" else "n/a (no nvcc)"
+    console.print(f"{rep.n} submissions ({rep.distinct_sources} distinct sources) from {', '.join(rep.origins)} on "
+                  f"{rep.device} ({rep.device_name}); CUDA arch list: {arch}", soft_wrap=True)
+    table = Table()
+    rows: list[tuple[str, str, str]] = [
+        ("compile workers", "{compile_workers}", ""),
+        ("verdicts", "{verdicts}", ""),
+        ("wall s", "{wall_s:.1f}", ""),
+        ("compile s (sum of builds)", "{compile_s:.1f}", "wall s per build, parent's clock"),
+        ("device stage s (sum in slot)", "{slot_s:.1f}", ""),
+        ("  of which candidate import/build s", "{slot_import_s:.1f}", ""),
+        ("device-busy s", "{device_s:.1f}", "stage minus import/build"),
+        ("device-busy fraction", "{device_busy_fraction:.2f}", "device-busy s / wall"),
+        ("evaluations per hour", "{evals_per_hour:.1f}", ""),
+        ("children CPU s", "{children_cpu_s:.1f}", "RUSAGE_CHILDREN, all children"),
+    ]
+    table.add_column("")
+    for m in rep.modes:
+        table.add_column(m.mode, justify="right")
+    table.add_column("how")
+    for label, fmt, note in rows:
+        values = []
+        for m in rep.modes:
+            fields = m.model_dump()
+            fields["verdicts"] = ", ".join(f"{k} {v}" for k, v in sorted(m.verdicts.items()))
+            values.append(fmt.format(**fields))
+        table.add_row(label, *values, note)
+    console.print(table)
+    for m in rep.modes:
+        console.print(f"{m.mode}: compile s = {m.compile_where}", soft_wrap=True)
+    b = rep.bar
+    pipelined = rep.modes[1]
+    console.print(f"bar: pipelined wall {pipelined.wall_s:.1f} s <= {throughput.WALL_BAR} x max(compile s / workers, "
+                  f"device stage s) = {throughput.WALL_BAR * b.stage_bound_s:.1f} s: "
+                  f"{'met' if b.wall_ok else 'NOT met'}", soft_wrap=True)
+    console.print(f"bar: pipelined evaluations per hour {b.speedup:.2f} x serial >= {throughput.SPEEDUP_BAR:g} x: "
+                  f"{'met' if b.speedup_ok else 'NOT met'}", soft_wrap=True)
+
+
+@app.command("throughput")
+def throughput_command(
+    n: int = typer.Option(32, "-n", min=1, help="Distinct submissions, evaluated once per mode."),
+    device: str = typer.Option("cuda", "--device", help="cuda (the reference solutions' CUDA) or cpu (a C++-only "
+                               "load_inline submission, for machines without a GPU)."),
+    gpu: int = typer.Option(0, "--gpu", min=0, help="With --device cuda: the GPU (index among the visible ones)."),
+    compile_workers: int = typer.Option(None, "--compile-workers", min=1, help="The pipelined mode's compile pool "
+                                        "(default: the worker's, half the cores up to 8; at least 1)."),
+    arch_list: str = typer.Option(None, "--arch-list", help="TORCH_CUDA_ARCH_LIST for every build instead of the "
+                                  "GPU's own arch (the default), e.g. '8.0;8.6;9.0': measures what the default "
+                                  "saves."),
+    solutions_dir: Path = typer.Option(None, "--solutions-dir", exists=True, file_okay=False,
+                                       help="Reference solutions to vary (default: reference_solutions/)."),
+    work_dir: Path = typer.Option(None, "--work-dir", file_okay=False, help="Keep each mode's data dir (builds, "
+                                  "logs, queue) under this new folder (default: a temp dir, removed)."),
+    json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    """Evaluate N distinct submissions serially (compile, then run, one at a time) and pipelined (the worker's
+    compile pool building ahead of the device slot), each mode with a fresh build cache; report both.
+
+    Examples:
+
+      harness bench throughput -n 32 --device cuda --json throughput.json
+
+      harness bench throughput -n 3 --device cpu
+    """
+    setup_logging(log_level)
+    if device not in ("cuda", "cpu"):
+        typer.echo("error: --device takes cuda or cpu", err=True)
+        raise typer.Exit(2)
+    if arch_list and device != "cuda":
+        typer.echo("error: --arch-list needs --device cuda (a C++-only build has no CUDA arch)", err=True)
+        raise typer.Exit(2)
+    settings = settings_with()
+    registry = get_registry(settings.problems_dir)
+    try:
+        variants = throughput.make_variants(n, device, registry, solutions_dir)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="kh-bench-") as tmp, \
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=Console(stderr=True)) as bar:
+        tasks = {m: bar.add_task(m, total=n) for m in ("serial", "pipelined")}
+        try:
+            rep = throughput.run_bench(variants, settings, registry, work_dir or Path(tmp), device=device, gpu=gpu,
+                                       compile_workers=compile_workers, arch_list=arch_list,
+                                       progress=lambda m, done, _t: bar.update(tasks[m], completed=done))
+        except (SlotError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        except RuntimeError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+    render(rep, console)
+    if json_out is not None:
+        json_out.write_text(rep.model_dump_json(indent=2) + "\n")
+        typer.echo(f"report written to {json_out}", err=True)

@@ -1,0 +1,271 @@
+"""`harness bench throughput`: one batch of distinct load_inline submissions, evaluated serially and pipelined.
+
+Both modes run the service's own worker (`service.worker.Worker`) on one slot, each in a data dir of its own
+(fresh build cache, its own SQLite queue), over the same sources:
+  serial     no compile pool: the slot compiles each submission inside its evaluation, then runs it;
+  pipelined  the worker's compile pool precompiles ahead (`runner.precompile`) while the slot evaluates.
+The worker's stage functions are wrapped to time them; nothing else differs. No torch here: the sandbox's
+children do the torch work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import resource
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness.config import Settings
+from harness.db import crud, queries
+from harness.db.session import Database
+from harness.problems import Registry, UnknownProblem
+from harness.problems.spec import ProblemSpec
+from harness.sandbox import capabilities
+from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.schema import EvalResult, Provenance
+from harness.service import reeval
+from harness.service.devices import Slot, plan_slots, probe
+from harness.service.worker import Worker, default_compile_workers
+
+REPORT_SCHEMA_VERSION = 1
+WALL_BAR = 1.25  # pipelined wall <= WALL_BAR x the slower stage
+SPEEDUP_BAR = 5.0  # pipelined evaluations per hour >= SPEEDUP_BAR x serial
+REFERENCE_SOLUTIONS = Path(__file__).resolve().parents[2] / "reference_solutions"
+_SOLUTION_NAME = re.compile(r"^level(\d+)_(\d+)_\w+\.py$")
+_EXTENSION_HEADER = "#include <torch/extension.h>"
+
+# A C++-only submission for level2/30 (GEMM, GroupNorm, Hardtanh) that builds without nvcc: the CPU stand-in
+# for the reference solutions' CUDA. Its build is the same kind of work (a torch extension through ninja).
+CPU_PROBLEM = "level2/30"
+CPU_TEMPLATE = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor clamp_epilogue(torch::Tensor x, double lo, double hi) {
+    return torch::clamp(x.contiguous(), lo, hi);
+}
+"""
+
+ext = load_inline(name="kh_bench_clamp", cpp_sources=cpp_source, functions=["clamp_epilogue"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, num_groups, hardtanh_min, hardtanh_max):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.group_norm = nn.GroupNorm(num_groups, out_features)
+        self.lo, self.hi = hardtanh_min, hardtanh_max
+
+    def forward(self, x):
+        return ext.clamp_epilogue(self.group_norm(self.gemm(x)), self.lo, self.hi)
+'''
+
+
+@dataclasses.dataclass
+class Variant:
+    spec: ProblemSpec
+    origin: str  # the template it was made from
+    text: str
+
+
+def make_variant(template: str, tag: str) -> str:
+    """The template with a comment line after each torch extension header: every C++/CUDA source string of
+    its extension differs, so its content hash, its build dir and the compiler's work differ too."""
+    if _EXTENSION_HEADER not in template:
+        raise ValueError(f"the template has no {_EXTENSION_HEADER!r} line to vary")
+    return template.replace(_EXTENSION_HEADER, f"{_EXTENSION_HEADER}\n// kernelharness bench variant {tag}")
+
+
+def reference_templates(folder: Path, registry: Registry) -> list[tuple[ProblemSpec, str, str]]:
+    """(problem, file name, source) of each reference solution in the folder whose problem is known."""
+    out = []
+    for path in sorted(folder.glob("level*_*.py")):
+        m = _SOLUTION_NAME.match(path.name)
+        if not m:
+            continue
+        try:
+            spec = registry.get(f"level{m.group(1)}/{m.group(2)}")
+        except UnknownProblem:
+            continue
+        out.append((spec, path.name, path.read_text()))
+    return out
+
+
+def make_variants(n: int, device: str, registry: Registry, solutions_dir: Path | None = None,
+                  run_tag: str | None = None) -> list[Variant]:
+    """N distinct submissions: the reference solutions in turn (CUDA), or the C++ template (CPU)."""
+    run_tag = run_tag or secrets.token_hex(4)
+    if device == "cpu":
+        templates = [(registry.get(CPU_PROBLEM), "CPU_TEMPLATE", CPU_TEMPLATE)]
+    else:
+        folder = solutions_dir or REFERENCE_SOLUTIONS
+        templates = reference_templates(folder, registry)
+        if not templates:
+            raise ValueError(f"no reference solution of a known problem in {folder}")
+    return [Variant(spec, origin, make_variant(text, f"{i + 1} of {n} (run {run_tag})"))
+            for i, (spec, origin, text) in ((i, templates[i % len(templates)]) for i in range(n))]
+
+
+class ModeReport(BaseModel):
+    mode: str  # serial | pipelined
+    compile_workers: int
+    submissions: int
+    verdicts: dict[str, int]
+    wall_s: float
+    # Sum of the builds' wall seconds: the precompile children's (pool) or the candidates' import phase (in the
+    # slot), both on the parent's clock and both including the child's interpreter and torch import.
+    compile_s: float
+    compile_where: str
+    slot_s: float  # the device stage: sum of the evaluations' wall time in the slot (trusted + candidate children)
+    slot_import_s: float  # of which the candidates' import phase (the whole build in serial mode)
+    device_s: float  # slot_s - slot_import_s: the stage's time not spent importing or building
+    device_busy_fraction: float  # device_s / wall_s
+    evals_per_hour: float
+    children_cpu_s: float  # RUSAGE_CHILDREN delta over the mode: every child, builds and evaluations alike
+
+
+class BarCheck(BaseModel):
+    stage_bound_s: float  # max(pipelined compile_s / compile workers, pipelined slot_s)
+    wall_ok: bool  # pipelined wall_s <= WALL_BAR x stage_bound_s
+    speedup: float  # pipelined evals_per_hour / serial evals_per_hour
+    speedup_ok: bool  # speedup >= SPEEDUP_BAR
+
+
+class ThroughputReport(BaseModel):
+    schema_version: int = REPORT_SCHEMA_VERSION
+    device: str
+    device_name: str
+    n: int
+    distinct_sources: int
+    origins: list[str]
+    arch_list: str | None  # TORCH_CUDA_ARCH_LIST override; None: the worker's default (its GPU's arch only)
+    modes: list[ModeReport]
+    bar: BarCheck
+
+
+def bar_check(serial: ModeReport, pipelined: ModeReport) -> BarCheck:
+    bound = max(pipelined.compile_s / max(1, pipelined.compile_workers), pipelined.slot_s)
+    speedup = pipelined.evals_per_hour / serial.evals_per_hour if serial.evals_per_hour else 0.0
+    return BarCheck(stage_bound_s=bound, wall_ok=pipelined.wall_s <= WALL_BAR * bound, speedup=speedup,
+                    speedup_ok=speedup >= SPEEDUP_BAR)
+
+
+class _Meter:
+    """The worker's stage functions, timed; `extra_env` reaches every child (an arch list override)."""
+
+    def __init__(self, extra_env: dict[str, str]):
+        self.extra_env = extra_env
+        self.evaluations: list[tuple[float, EvalResult | None]] = []
+        self.builds: list[float] = []
+        self._lock = threading.Lock()
+
+    def evaluate(self, spec: ProblemSpec, text: str, options: EvalOptions, settings: Settings) -> EvalResult:
+        options = dataclasses.replace(options, extra_env={**options.extra_env, **self.extra_env})
+        t0 = time.monotonic()
+        result = None
+        try:
+            result = evaluate(spec, text, options, settings)
+            return result
+        finally:
+            with self._lock:
+                self.evaluations.append((time.monotonic() - t0, result))
+
+    def precompile(self, text: str, target: Provenance, settings: Settings, **kw: Any) -> PrecompileResult:
+        kw["extra_env"] = {**(kw.get("extra_env") or {}), **self.extra_env}
+        r = precompile(text, target, settings, **kw)
+        with self._lock:
+            self.builds.append(r.seconds)
+        return r
+
+
+def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: Registry, slot: Slot, *,
+             compile_workers: int, extra_env: dict[str, str],
+             progress: Callable[[int, int], None] | None = None) -> ModeReport:
+    """Queue the variants in `settings`' own database and evaluate them with a worker of `compile_workers`."""
+    db = Database(settings)
+    try:
+        batch = f"bench:{mode}:{secrets.token_hex(4)}"
+        job_ids = []
+        with db.session() as s:
+            for i, v in enumerate(variants):
+                new = crud.NewSubmission(problem_id=v.spec.id, problem_version=v.spec.version, text=v.text,
+                                         text_kind="source", submitter="harness-bench", model=f"bench-{mode}",
+                                         tags=["bench", mode], meta={"variant": i, "origin": v.origin})
+                # One attempt: a retried evaluation would distort the timings; its infra_error shows as such.
+                _, job = crud.create_submission(s, new, token=None, queue_limit=None, max_attempts=1,
+                                                reason="bench", batch=batch)
+                job_ids.append(job.id)
+        meter = _Meter(extra_env)
+        worker = Worker(db, settings, registry, [slot], compile_workers=compile_workers, batch=batch,
+                        evaluate_fn=meter.evaluate, precompile_fn=meter.precompile)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        thread = threading.Thread(target=worker.run, name=f"bench-{mode}", daemon=True)
+        thread.start()
+        try:
+            reeval.wait_for_jobs(db, job_ids, poll_s=0.1, progress=progress)
+            wall = time.monotonic() - t0
+        finally:
+            worker.stop()
+            thread.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with db.session() as s:
+            verdicts = Counter(res.verdict if res else "none" for _sub, res in queries.batch_results(s, batch))
+    finally:
+        db.dispose()
+    slot_s = sum(secs for secs, _ in meter.evaluations)
+    slot_import_s = sum(r.observations.candidate_import_s or 0.0 for _, r in meter.evaluations if r is not None)
+    device_s = max(0.0, slot_s - slot_import_s)
+    return ModeReport(
+        mode=mode, compile_workers=compile_workers, submissions=len(variants), verdicts=dict(verdicts), wall_s=wall,
+        compile_s=sum(meter.builds) if compile_workers else slot_import_s,
+        compile_where="compile pool (precompile children)" if compile_workers else "slot (candidate import phase)",
+        slot_s=slot_s, slot_import_s=slot_import_s, device_s=device_s,
+        device_busy_fraction=min(1.0, device_s / wall) if wall > 0 else 0.0,
+        evals_per_hour=len(variants) * 3600.0 / wall if wall > 0 else 0.0,
+        children_cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+    )
+
+
+def bench_slot(device: str, gpu: int, settings: Settings) -> Slot:
+    """The one slot the bench evaluates on, probed (its target is what the compile pool builds for)."""
+    slots = probe(plan_slots("none" if device == "cpu" else str(gpu), settings), settings)
+    if not slots:
+        raise RuntimeError(f"no evaluation slot on {device} could start (see the log above)")
+    return slots[0]
+
+
+def run_bench(variants: list[Variant], settings: Settings, registry: Registry, work_dir: Path, *, device: str,
+              gpu: int = 0, compile_workers: int | None = None, arch_list: str | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> ThroughputReport:
+    """Serial, then pipelined, each in a fresh data dir under `work_dir` (which must not hold earlier runs)."""
+    capabilities.check_safe(settings)
+    slot = bench_slot(device, gpu, settings)
+    if compile_workers is None:  # the worker's default; at least one, which a CPU-only worker would not run
+        compile_workers = default_compile_workers(settings, [slot])
+    extra_env = {"TORCH_CUDA_ARCH_LIST": arch_list} if arch_list else {}
+    modes = []
+    for mode, workers in (("serial", 0), ("pipelined", max(1, compile_workers))):
+        data_dir = work_dir / mode
+        if data_dir.exists() and any(data_dir.iterdir()):
+            raise ValueError(f"{data_dir} is not empty: each mode needs a fresh build cache")
+        mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None})
+        modes.append(run_mode(mode, variants, mode_settings, registry, slot, compile_workers=workers,
+                              extra_env=extra_env,
+                              progress=(lambda done, total, m=mode: progress(m, done, total)) if progress else None))
+    target = slot.target
+    return ThroughputReport(
+        device=device, device_name=target.device_name if target else device, n=len(variants),
+        distinct_sources=len({v.text for v in variants}), origins=sorted({v.origin for v in variants}),
+        arch_list=arch_list, modes=modes, bar=bar_check(modes[0], modes[1]))

@@ -1,0 +1,111 @@
+"""`harness bench throughput`: distinct variants, serial and pipelined modes through the worker, consistent figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.problems import get_registry
+from harness.service import throughput
+from harness.service.throughput import ModeReport
+
+from .conftest import REPO, harness_cmd, service_env
+
+
+def _extension_sources(text: str) -> list[str]:
+    """The raw strings of a submission (its C++/CUDA sources), in order."""
+    return text.split('r"""')[1:]
+
+
+def test_cuda_variants_cycle_the_reference_solutions_and_every_extension_source_differs():
+    registry = get_registry()
+    variants = throughput.make_variants(8, "cuda", registry, REPO / "reference_solutions", run_tag="t")
+    templates = throughput.reference_templates(REPO / "reference_solutions", registry)
+    assert len(templates) == 6
+    assert [v.origin for v in variants] == [name for _, name, _ in templates] + [templates[0][1], templates[1][1]]
+    assert len({v.text for v in variants}) == 8
+    first, seventh = variants[0], variants[6]  # the same reference solution, varied twice
+    for a, b in zip(_extension_sources(first.text), _extension_sources(seventh.text), strict=True):
+        assert a != b  # the .cu and the .cpp both differ: each variant is a build of its own
+    assert "// kernelharness bench variant 1 of 8 (run t)" in first.text
+
+
+def test_cpu_variants_are_distinct_cpp_only_submissions_for_one_problem():
+    variants = throughput.make_variants(3, "cpu", get_registry())
+    assert len({v.text for v in variants}) == 3
+    assert {v.spec.kernelbench_id for v in variants} == {"level2/30"}
+    assert all("cuda_sources" not in v.text and "load_inline" in v.text for v in variants)
+
+
+def test_a_template_without_an_extension_header_cannot_be_varied():
+    with pytest.raises(ValueError, match=r"torch/extension\.h"):
+        throughput.make_variant("class ModelNew: pass\n", "1")
+
+
+def _mode(mode: str, wall: float, **kw) -> ModeReport:
+    fields = dict(compile_workers=0, submissions=32, verdicts={"passed": 32}, wall_s=wall, compile_s=0.0,
+                  compile_where="", slot_s=0.0, slot_import_s=0.0, device_s=0.0, device_busy_fraction=0.0,
+                  evals_per_hour=32 * 3600 / wall, children_cpu_s=0.0)
+    return ModeReport(mode=mode, **{**fields, **kw})
+
+
+def test_bar_is_the_slower_stage_with_25_percent_slack_and_five_times_serial():
+    serial = _mode("serial", 1000.0)
+    # compile 640 s over 8 workers = 80 s < a device stage of 150 s: the bound is 150 s, the wall may be 187.5 s.
+    met = throughput.bar_check(serial, _mode("pipelined", 187.5, compile_workers=8, compile_s=640.0, slot_s=150.0))
+    assert met.stage_bound_s == 150.0 and met.wall_ok and met.speedup == pytest.approx(1000 / 187.5) and met.speedup_ok
+    slow = throughput.bar_check(serial, _mode("pipelined", 210.0, compile_workers=2, compile_s=320.0, slot_s=150.0))
+    assert slow.stage_bound_s == 160.0 and not slow.wall_ok and not slow.speedup_ok
+
+
+def _ninja_outputs(build_root) -> dict[str, list[str]]:
+    """Per build dir, the outputs ninja built (one line per edge run, over every build in that dir)."""
+    out = {}
+    for log in build_root.glob("*/*/.ninja_log"):
+        lines = [ln.split("\t") for ln in log.read_text().splitlines() if ln and not ln.startswith("#")]
+        out[log.parent.parent.name] = [parts[3] for parts in lines]
+    return out
+
+
+@pytest.mark.slow
+def test_bench_throughput_on_cpu_evaluates_every_variant_in_both_modes(svc_settings, tmp_path):
+    """Six C++ builds and six evaluations: about two minutes on a 2-core machine."""
+    work, out = tmp_path / "bench", tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--device", "cpu", "--work-dir", str(work),
+                                   "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    assert "evaluations per hour" in p.stdout and "bar: pipelined" in p.stdout
+
+    rep = throughput.ThroughputReport.model_validate_json(out.read_text())
+    assert rep.device == "cpu" and rep.n == 3 and rep.distinct_sources == 3
+    serial, pipelined = rep.modes
+    assert (serial.mode, serial.compile_workers) == ("serial", 0)
+    assert pipelined.mode == "pipelined" and pipelined.compile_workers >= 1
+    for m in rep.modes:
+        assert m.submissions == 3 and m.verdicts == {"passed": 3}, m.verdicts
+        assert m.wall_s > 0 and m.evals_per_hour == pytest.approx(3 * 3600 / m.wall_s)
+        assert 0 <= m.device_busy_fraction <= 1
+        assert m.device_s == pytest.approx(m.slot_s - m.slot_import_s)
+        assert 0 < m.slot_s <= m.wall_s * (1 + 1e-6)  # one slot: its evaluations never overlap
+        assert m.compile_s > 0 and m.children_cpu_s > 0
+        # Each mode has a cache of its own, and in each every variant was built exactly once: in serial mode by its
+        # evaluation, in pipelined mode by the pool (its evaluation found the build dir ready).
+        built = _ninja_outputs(work / m.mode / "builds")
+        assert len(built) == 3
+        for outputs in built.values():
+            assert outputs and len(outputs) == len(set(outputs)), outputs
+    assert serial.compile_s == serial.slot_import_s  # the serial mode builds inside the slot
+    assert "compile pool" in pipelined.compile_where
+    # With the build done ahead, the pipelined candidates' import phase is the imports alone.
+    assert pipelined.slot_import_s < serial.slot_import_s
+    assert rep.bar.speedup == pytest.approx(pipelined.evals_per_hour / serial.evals_per_hour)
+    assert json.loads(out.read_text())["schema_version"] == 1
+
+
+def test_bench_refuses_an_arch_list_without_cuda(svc_settings):
+    p = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--arch-list", "9.0"),
+                       env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--arch-list needs --device cuda" in p.stderr
