@@ -205,8 +205,16 @@ class ReevalRequest(BaseModel):
     verdict: Verdict | None = None
     since: datetime | None = None
     regrade_only: bool = Field(False, description="Grade the stored figures again (no GPU) instead of re-running.")
-    atol: float | None = Field(None, gt=0, description="With regrade_only: grade under this tolerance.")
+    atol: float | None = Field(None, gt=0, description="With regrade_only: grade under this tolerance "
+                               "(one of atol and rtol given alone stands for both).")
     rtol: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _rtol_alone_is_a_valid_atol(self) -> ReevalRequest:
+        if self.atol is None and self.rtol == 0:
+            raise ValueError("rtol given alone stands for atol too, and atol must be greater than 0: "
+                             "give atol as well (e.g. atol=1e-4, rtol=0)")
+        return self
 
 
 class ReevalSummary(BaseModel):

@@ -50,23 +50,25 @@ def _uid_lock_dir() -> Path:
 
 
 def _pids_of_uid(uid: int) -> list[int]:
+    """The live processes of `uid`. Zombies are left out: they are dead already, and one whose parent was
+    killed too waits for init to reap it, which a busy host may do late."""
     pids = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            for line in status.read_text().splitlines():
-                if line.startswith("Uid:"):
-                    if int(line.split()[1]) == uid:
-                        pids.append(int(status.parent.name))
-                    break
-        except (OSError, ValueError):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid and fields.get("State", "").split()[:1] not in (["Z"], ["X"]):
+                pids.append(int(status.parent.name))
+        except (OSError, ValueError, KeyError, IndexError):
             continue
     return pids
 
 
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of `uid`: kill(-1) from a helper running as that uid reaches them all,
-    including those that left the process group; repeated until none is left (forks race with it)."""
-    for _ in range(20):
+    including those that left the process group; repeated until none is left (forks race with it), for
+    up to 10 s (a fork bomb on a loaded host)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         if not _pids_of_uid(uid):
             return
         with contextlib.suppress(OSError, subprocess.SubprocessError):

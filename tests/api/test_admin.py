@@ -71,3 +71,12 @@ def test_bulk_requeue_by_verdict(client, db, tokens):
     again = client.post("/api/reeval", json={"verdict": "wrong_answer"}, headers=h).json()
     assert again["queued"] == 0 and again["already_queued"] == 2
     assert client.post("/api/reeval", json={"verdict": "great"}, headers=h).status_code == 422
+
+
+def test_bulk_regrade_with_rtol_zero_alone_is_a_422_that_says_to_give_atol(client, db, tokens):
+    # Found by the schema fuzzer: rtol alone stands for atol too, and atol=0 is no tolerance (it was a 500).
+    h = Tokens.header(tokens.admin)
+    r = client.post("/api/reeval", json={"regrade_only": True, "rtol": 0.0}, headers=h)
+    assert r.status_code == 422 and "give atol as well" in r.json()["detail"]
+    ok = client.post("/api/reeval", json={"regrade_only": True, "atol": 1e-4, "rtol": 0.0}, headers=h)
+    assert ok.status_code == 200, ok.text
