@@ -51,6 +51,18 @@ def skip_or_fail(capability: str, reason: str):
     pytest.skip(reason)
 
 
+def import_psycopg():
+    """psycopg, a core dependency, absent only on a GPU host that runs the gpu tests beside a preinstalled
+    torch: there a module that needs it is skipped; where PostgreSQL is required (CI) its absence fails."""
+    try:
+        import psycopg
+    except ImportError:
+        if "postgres" in required_capabilities():
+            raise
+        pytest.skip("psycopg is not installed", allow_module_level=True)
+    return psycopg
+
+
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory) -> Settings:
     """A private data dir (build cache, job logs) and quick CPU timing for the whole session."""

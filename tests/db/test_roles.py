@@ -15,10 +15,10 @@ from harness.db import crud
 from harness.db.roles import grant_worker
 from harness.db.session import Database
 
+from ..conftest import import_psycopg
 from .factories import eval_result, new_submission
 
-# A core dependency; absent only on a GPU host that runs the gpu tests beside a preinstalled torch.
-psycopg = pytest.importorskip("psycopg")
+psycopg = import_psycopg()
 
 
 @pytest.fixture

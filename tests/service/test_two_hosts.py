@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import skip_or_fail
+from ..conftest import import_psycopg, skip_or_fail
 
 REPO = Path(__file__).parents[2]
 
-pytest.importorskip("psycopg")  # a core dependency; absent only on a GPU host with a preinstalled torch
+import_psycopg()
 from ..postgres_server import find_bindir  # noqa: E402
 
 
