@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Render reference_solutions/RESULTS.md from the raw JSON of run_reference_solutions.sh.
 
-    python benchmarks/render_results.py BENCH_JSON [HARNESS_JSON ...] > reference_solutions/RESULTS.md
+    python benchmarks/render_results.py BENCH_JSON [HARNESS_JSON ...] [--probe PROBE_TXT ...] \
+        > reference_solutions/RESULTS.md
+
+A probe's output (a text file whose first line is the command and the machine) is quoted as it is.
 
 Never edit RESULTS.md by hand: re-run the GPU stages and this script.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,10 +23,12 @@ def _f(x, fmt="{:.4f}"):
     return fmt.format(x) if x is not None else "-"
 
 
-def render(bench: dict, harness_runs: list[dict]) -> str:
+def render(bench: dict, harness_runs: list[dict], probes: list[str] = ()) -> str:
     env = bench["environment"]
     rows = bench["results"]
     harness = {r["problem"].split("/")[1]: r for h in harness_runs for r in h["rows"]}
+    run_date = {r["problem"].split("/")[1]: h["device"].get("started_at", "")[:10] for h in harness_runs
+                for r in h["rows"]}
     out = [
         "# Reference solutions: measured results",
         "",
@@ -69,8 +75,8 @@ def render(bench: dict, harness_runs: list[dict]) -> str:
                 "correctness trials each, 100 timed calls; speedup vs eager measured in the same evaluation). "
                 "Spread = max/min - 1 of the 5 speedups (target < 2%). Profiler = the solution's kernel time per call "
                 "from the torch profiler in the benchmark run (independent measure; target: harness median within 3%).",
-                "", "| problem | verdicts | harness median ms | speedup vs eager (median) | spread | profiler ms "
-                "| harness / profiler |", "|---|---|---|---|---|---|---|"]
+                "", "| problem | run on | verdicts | harness median ms | speedup vs eager (median) | spread "
+                "| profiler ms | harness / profiler |", "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             h = harness.get(r["id"])
             if not h:
@@ -79,20 +85,26 @@ def render(bench: dict, harness_runs: list[dict]) -> str:
             prof = r.get("profiler_solution_ms")
             med = h.get("candidate_ms_median")
             ratio = med / prof - 1 if med and prof else None
-            out.append(f"| level2/{r['id']} | {verdicts} ({len(h['runs'])}) | {_f(med)} | "
+            out.append(f"| level2/{r['id']} | {run_date.get(r['id']) or '?'} | {verdicts} ({len(h['runs'])}) | {_f(med)} | "
                        f"{_f(h.get('speedup_median'), '{:.3f}x')} | "
                        f"{_f((h.get('speedup_spread') or 0) * 100, '{:.2f}%')} | {_f(prof)} | "
                        f"{_f(ratio * 100 if ratio is not None else None, '{:+.2f}%')} |")
+    for text in probes:
+        command, _, body = text.partition("\n")
+        out += ["", f"## Probe: `{command.lstrip('# ').split('   ')[0]}`", "",
+                command.lstrip("# ").partition("   ")[2].strip(" ()"), "", "```", body.rstrip(), "```"]
     return "\n".join(out) + "\n"
 
 
 def main() -> int:
-    if len(sys.argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    bench = json.loads(Path(sys.argv[1]).read_text())
-    harness = [json.loads(Path(p).read_text()) for p in sys.argv[2:]]
-    sys.stdout.write(render(bench, harness))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench", type=Path)
+    parser.add_argument("harness", type=Path, nargs="*")
+    parser.add_argument("--probe", type=Path, action="append", default=[])
+    args = parser.parse_args()
+    bench = json.loads(args.bench.read_text())
+    harness = [json.loads(p.read_text()) for p in args.harness]
+    sys.stdout.write(render(bench, harness, [p.read_text() for p in args.probe]))
     return 0
 
 

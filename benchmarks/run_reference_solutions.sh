@@ -5,7 +5,7 @@
 #                                                                  profiler kernel times)
 #   benchmarks/run_reference_solutions.sh harness [problems...]  -> $OUT/harness-<ids>.json (5 evaluations each
 #                                                                  through the harness: verdicts, speedup spread)
-#   python benchmarks/render_results.py bench.json harness-*.json > reference_solutions/RESULTS.md
+#   python benchmarks/render_results.py bench.json harness-*.json [--probe probe.txt] > reference_solutions/RESULTS.md
 # The two GPU stages are separate calls because each fits the device tool's 10-minute limit.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/device-env.sh"

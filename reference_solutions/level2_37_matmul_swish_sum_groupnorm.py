@@ -21,7 +21,15 @@
 #     one warp per (row, group), three passes over the group (writes only in the last).
 # Element-wise math follows PyTorch's CUDA kernels (expf/tanhf/log1pf/rsqrtf, IEEE division, no
 # --use_fast_math; products that PyTorch rounds separately are not contracted into FMAs).
-# Measured: see reference_solutions/RESULTS.md
+# Measured (H100 80GB HBM3, torch 2.11.0+cu130; reference_solutions/RESULTS.md has the tables and commands):
+# 6.05 ms against 5.47 ms for the bare addmm (floor fraction 0.904), 1.42x eager, 1.03x torch.compile
+# max-autotune. This problem misses the 0.95 bar, and no epilogue run after the GEMM can meet it: the
+# output is 32768 x 4096 fp32 (537 MB), so reading and writing it once costs 0.357 ms at the measured
+# 3.00 TB/s, 6.5% of the GEMM, capping the floor fraction at 0.939. Running the GEMM and this kernel in
+# row chunks so the epilogue finds its chunk in L2 was measured too (benchmarks/chunk_probe37.py): the
+# best chunking (8192 rows) gave 5.92 ms against 6.04 ms unchunked in the same run (0.945 of that run's
+# addmm), within run-to-run noise, so it is not shipped. Meeting the bar needs the GroupNorm statistics
+# in the GEMM's own epilogue (an fp32 GEMM of our own at cuBLAS speed), which this solution does not do.
 
 import torch
 import torch.nn as nn
