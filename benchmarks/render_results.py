@@ -85,7 +85,8 @@ def render(bench: dict, harness_runs: list[dict], probes: list[str] = ()) -> str
             prof = r.get("profiler_solution_ms")
             med = h.get("candidate_ms_median")
             ratio = med / prof - 1 if med and prof else None
-            out.append(f"| level2/{r['id']} | {run_date.get(r['id']) or '?'} | {verdicts} ({len(h['runs'])}) | {_f(med)} | "
+            out.append(f"| level2/{r['id']} | {run_date.get(r['id']) or '?'} | {verdicts} ({len(h['runs'])}) | "
+                       f"{_f(med)} | "
                        f"{_f(h.get('speedup_median'), '{:.3f}x')} | "
                        f"{_f((h.get('speedup_spread') or 0) * 100, '{:.2f}%')} | {_f(prof)} | "
                        f"{_f(ratio * 100 if ratio is not None else None, '{:+.2f}%')} |")

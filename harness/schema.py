@@ -177,6 +177,9 @@ class Observations(BaseModel):
     # Candidate start to its 'imported' message on the parent's clock: interpreter, torch and any load_inline
     # build (little but the imports when the build dir was ready). Throughput figures, never graded.
     candidate_import_s: float | None = None
+    # Where the evaluation's wall time went, on the parent's clock, in the order the phases ran: seconds from
+    # the end of the previous phase to the end of this one (see runner._Phases). Never graded.
+    phases: dict[str, float] = Field(default_factory=dict)
     candidate_error: ChildError | None = None
     flag_changes: list[FlagChange] = Field(default_factory=list)
     trials_expected: int = 0

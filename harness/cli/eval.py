@@ -93,6 +93,9 @@ def render(r: EvalResult) -> str:
             if out.max_abs_err is not None:
                 lines.append(f"trial {t.trial}:    max abs {out.max_abs_err:.3g}, max rel {out.max_rel_err:.3g}, "
                              f"vs fp64 {out.err_vs_fp64:.3g} (reference {out.ref_err_vs_fp64:.3g})")
+    if o.phases:
+        lines.append(f"phases:     {sum(o.phases.values()):.1f} s: "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in o.phases.items()))
     if r.log_excerpt:
         lines.append("log:")
         lines.extend("  " + ln for ln in r.log_excerpt.splitlines())

@@ -67,6 +67,20 @@ _PROBE_TIMEOUT_S = 120.0
 _TIMED_CHECKS = 10  # timed calls whose outputs are re-checked, chosen at random after the calls
 
 
+class _Phases:
+    """Seconds per phase of one evaluation on the parent's clock, into `obs.phases`: each `end(name)` closes
+    the phase that began where the previous one ended (a phase that runs twice adds up)."""
+
+    def __init__(self, obs: Observations):
+        self.obs = obs
+        self.last = time.monotonic()
+
+    def end(self, name: str, at: float | None = None) -> None:
+        now = time.monotonic() if at is None else at
+        self.obs.phases[name] = round(self.obs.phases.get(name, 0.0) + max(0.0, now - self.last), 4)
+        self.last = now
+
+
 @dataclass
 class EvalOptions:
     device: str = "auto"  # auto | cpu | cuda
@@ -204,6 +218,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     trials = options.trials or settings.correctness_trials
     size = options.size
     provenance: Provenance | None = None
+    phases = _Phases(obs)
     with artifacts.scratch_dir(settings) as work:
         trusted_home = work / "trusted"
         cand_home = work / "candidate"
@@ -216,7 +231,9 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
         trusted = _Trusted(proc, settings.reference_timeout_s)
         try:
             proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+            phases.end("reference_start")
             probed = trusted.call({"cmd": "probe", "device": options.device}, "probed", _PROBE_TIMEOUT_S)
+            phases.end("probe")
             provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
             device = provenance.device
             if size == "auto":
@@ -226,6 +243,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                                                    input_seed=input_seed, trials=trials,
                                                    extra_distribution=spec.extra_distribution,
                                                    exchange_dir=exchange).model_dump(mode="json"), "prepared")
+            phases.end("reference_prepare")
             distributions = list(prepared.get("distributions") or ["get_inputs"] * trials)
             obs.trials_expected = trials = len(distributions)
             try:
@@ -247,6 +265,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 """Judge the saved outputs; True when the candidate has earned its timing run."""
                 judged = trusted.call(JudgeCommand(outputs_dir=cand_home / "outputs", atol=tolerance.atol,
                                                    rtol=tolerance.rtol).model_dump(mode="json"), "judged")
+                phases.end("judge")
                 obs.trials = [TrialFigures.model_validate({**t, "inputs": distributions[t["trial"]]})
                               for t in judged["trials"]]
                 if judged.get("determinism") is not None:
@@ -254,7 +273,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 return timing_cfg is not None and grading.correct_so_far(obs, tolerance)
 
             timed_prints = _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials,
-                                          timing_cfg, timing_seed, exchange, cand_home, job, obs, judge)
+                                          timing_cfg, timing_seed, exchange, cand_home, job, obs, judge, phases)
             check = obs.timed_outputs
             if check is not None and check.reported == check.expected and \
                     grading.correct_so_far(obs, tolerance):
@@ -265,6 +284,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     fingerprints=[timed_prints[i] for i in check.checked], atol=tolerance.atol, rtol=tolerance.rtol,
                 ).model_dump(mode="json"), "timed_checked")
                 check.mismatches = list(checked["mismatches"])
+                phases.end("check_timed_outputs")
             # Time the reference only for a candidate that passed and was timed: most submissions are not.
             if timing_cfg is not None and obs.candidate_timing is not None and \
                     grading.correct_so_far(obs, tolerance):
@@ -283,6 +303,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 if timed.get("compile"):
                     obs.compile_timing = TimingStats.model_validate(timed["compile"])
                 obs.compile_baseline_error = timed.get("compile_error")
+                phases.end("reference_timing")
         except (_TrustedFailed, ChildExited, ValidationError, KeyError) as e:
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, _TrustedFailed) else str(e)
         finally:
@@ -290,6 +311,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 proc.send({"cmd": "exit"})
             proc.wait_exit(settings.kill_grace_s)
             proc.reap()
+            phases.end("teardown")
     return provenance, size
 
 
@@ -375,7 +397,7 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
 def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                    provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
                    timing_cfg: TimingConfig | None, timing_seed: int, exchange: Path, home: Path, job: Path,
-                   obs: Observations, judge: Callable[[], bool]) -> list[Any]:
+                   obs: Observations, judge: Callable[[], bool], phases: _Phases) -> list[Any]:
     """Run the candidate's process; fill `obs`. Returns the fingerprints of its timed calls' outputs."""
     submission_path = home / "submission.py"
     submission_path.write_text(source)
@@ -419,12 +441,15 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     break
                 if msg.event == "imported":
                     obs.candidate_import_s = msg.received_at - proc.started_at
+                    phases.end("candidate_import", msg.received_at)
                 elif msg.event == "constructed":
+                    phases.end("candidate_construct", msg.received_at)
                     build_lock.close()
                     obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
                     exit_info.phase, exit_info.deadline_s = Phase.correctness, run_limit
                     deadline = msg.received_at + run_limit
                 elif msg.event == "trials_done":
+                    phases.end("candidate_trials", msg.received_at)
                     go = judge()
                     warm_seed = secrets.SystemRandom().randrange(1 << 61)  # tells nothing of the timed seed
                     with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
@@ -435,6 +460,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     protocol.seen.add("warmup_sent")
                     deadline = time.monotonic() + run_limit
                 elif msg.event == "warmed":
+                    phases.end("candidate_warmup", msg.received_at)
                     go_ahead_at = time.monotonic()
                     with contextlib.suppress(ChildExited):
                         proc.send(TimeCommand(seed=timing_seed).model_dump_json())
@@ -444,6 +470,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                 elif msg.event == "flag_change":
                     obs.flag_changes.append(FlagChange.model_validate(f))
                 elif msg.event == "timing":
+                    phases.end("candidate_timing", msg.received_at)
                     obs.candidate_timing = TimingStats.model_validate(f)
                     if timing_cfg is not None and go_ahead_at is not None:
                         obs.envelope = TimingEnvelope(wall_ms=(msg.received_at - go_ahead_at) * 1e3,
@@ -455,6 +482,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     where = "determinism re-run" if f.get("trial") is None else f"trial {f.get('trial')}"
                     obs.inputs_mutated.append(f"{where}: input(s) {f.get('inputs')}")
                 elif msg.event == "kernels":
+                    phases.end("candidate_kernel_trace", msg.received_at)
                     obs.kernels = KernelTrace(names=f.get("names"), error=f.get("error"))
                 elif msg.event == "timed_outputs":
                     timed_prints.extend(f.get("fingerprints") or [])
@@ -484,6 +512,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                 exit_info.signal = f"{exit_info.signal or 'a signal'} from the harness (it closed its channel " \
                                    "but did not exit)"
             proc.reap()
+            phases.end("candidate_exit")
     if proc.garbage_lines:
         obs.protocol_violations.append(f"{proc.garbage_lines} line(s) on the channel that are not harness messages")
     obs.candidate_exit = exit_info

@@ -36,6 +36,14 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     p = r.provenance
     assert p is not None and p.device == "cpu" and p.torch_version and p.harness_version
     assert r.problem.id == "gemm-groupnorm-min-biasadd" and r.problem.size == "small"
+    # Where the wall time went, phase by phase in the order they ran, adding up to the evaluation's wall time.
+    assert list(o.phases) == ["reference_start", "probe", "reference_prepare", "candidate_import",
+                              "candidate_construct", "candidate_trials", "judge", "candidate_warmup",
+                              "candidate_timing", "candidate_exit", "check_timed_outputs", "reference_timing",
+                              "teardown"]
+    assert all(v >= 0 for v in o.phases.values())
+    assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
+    assert sum(o.phases.values()) == pytest.approx(p.wall_s, abs=0.5)
 
 
 def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture, settings):
