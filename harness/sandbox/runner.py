@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
-from harness.sandbox import limits
+from harness.sandbox import capabilities, limits
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
 from harness.sandbox.protocol import (
     CandidateRequest,
@@ -225,8 +225,9 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
         exchange = work / "exchange"
         for d in (trusted_home, cand_home, exchange):
             d.mkdir(mode=0o700)
-        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home,
-                            env=scrubbed_env(options.extra_env, trusted_home), log_path=job / "trusted.log",
+        trusted_env = scrubbed_env({**trusted_cache_env(settings), **options.extra_env}, trusted_home)
+        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home, env=trusted_env,
+                            log_path=job / "trusted.log",
                             kill_grace_s=settings.kill_grace_s, jail=limits.jail(settings, untrusted=False))
         trusted = _Trusted(proc, settings.reference_timeout_s)
         try:
@@ -313,6 +314,17 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             proc.reap()
             phases.end("teardown")
     return provenance, size
+
+
+def trusted_cache_env(settings: Settings) -> dict[str, str]:
+    """The shared torch.compile cache for the trusted child, where candidates cannot write to it: they run as
+    a sandbox uid with the data dir hidden. Otherwise (no user switch: a candidate has the worker's own uid)
+    nothing, so the trusted child compiles into its own scratch home as before and never loads compiled
+    code a candidate could have left."""
+    p = capabilities.platform()
+    if p.user_switch and p.mountns and settings.sandbox_user != "off":
+        return artifacts.compile_cache_env(settings)
+    return {}
 
 
 def _build_env(source: str, target: Provenance, settings: Settings, home: Path,

@@ -65,6 +65,36 @@ def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture,
     assert second.observations.candidate_import_s < first.observations.candidate_import_s
 
 
+def test_the_torch_compile_baseline_compiles_the_reference_once_into_a_cache_only_the_trusted_side_sees(
+        run_fixture, settings):
+    from harness.sandbox import capabilities
+
+    if not capabilities.platform().user_switch:
+        pytest.skip("the shared compile cache needs sandbox uids (root with user and mount namespaces)")
+    first = run_fixture("level2/30", "l30_pytorch_reads_compile_cache_env.py", compile_baseline="on")
+    assert first.verdict == Verdict.passed, first.message + first.log_excerpt  # the candidate saw no cache dir
+    assert first.observations.compile_timing is not None, first.observations.compile_baseline_error
+    cache = settings.data_dir / "compile-cache"
+    compiled = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.suffix in (".so", ".py")}
+    assert compiled, "inductor left nothing in the trusted compile cache"
+    second = run_fixture("level2/30", "l30_pytorch_reads_compile_cache_env.py", compile_baseline="on")
+    assert second.verdict == Verdict.passed and second.observations.compile_timing is not None
+    after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.suffix in (".so", ".py")}
+    assert after == compiled, "the second evaluation compiled the reference again instead of using the cache"
+
+
+def test_without_a_sandbox_uid_the_trusted_side_gets_no_shared_compile_cache(settings, monkeypatch):
+    from harness.sandbox import capabilities, runner
+
+    confined = capabilities.Platform(root=True, netns=True, mountns=True, user_switch=True, cgroup=None)
+    monkeypatch.setattr(capabilities, "platform", lambda: confined)
+    assert runner.trusted_cache_env(settings)["TORCHINDUCTOR_CACHE_DIR"].startswith(str(settings.data_dir))
+    assert runner.trusted_cache_env(settings.model_copy(update={"sandbox_user": "off"})) == {}
+    same_uid = capabilities.Platform(root=False, netns=True, mountns=False, user_switch=False, cgroup=None)
+    monkeypatch.setattr(capabilities, "platform", lambda: same_uid)
+    assert runner.trusted_cache_env(settings) == {}
+
+
 def test_cpp_that_does_not_compile_is_compile_error_with_the_compilers_message(run_fixture):
     r = run_fixture("level2/30", "l30_cpp_broken.py")
     assert r.verdict == Verdict.compile_error
