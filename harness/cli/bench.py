@@ -22,6 +22,9 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
     arch = (rep.arch_list or "the GPU's own (default)") if rep.device == "cuda" else "n/a (no nvcc)"
     console.print(f"{rep.n} submissions ({rep.distinct_sources} distinct sources) from {', '.join(rep.origins)} on "
                   f"{rep.device} ({rep.device_name}); CUDA arch list: {arch}", soft_wrap=True)
+    if rep.serial_n:
+        console.print(f"serial mode on the first {rep.serial_n} of the {rep.n} (a sample: serial time is linear in "
+                      "the count; its evaluations per hour are a rate)", soft_wrap=True)
     table = Table()
     rows: list[tuple[str, str, str]] = [
         ("compile workers", "{compile_workers}", ""),
@@ -69,6 +72,9 @@ def throughput_command(
     arch_list: str = typer.Option(None, "--arch-list", help="TORCH_CUDA_ARCH_LIST for every build instead of the "
                                   "GPU's own arch (the default), e.g. '8.0;8.6;9.0': measures what the default "
                                   "saves."),
+    serial_n: int = typer.Option(None, "--serial-n", min=1, help="Run the serial mode on the first K of the N "
+                                 "submissions only (default: all N): N serial CUDA builds can outlast the time at "
+                                 "hand, and serial evaluations per hour are a rate."),
     solutions_dir: Path = typer.Option(None, "--solutions-dir", exists=True, file_okay=False,
                                        help="Reference solutions to vary (default: reference_solutions/)."),
     work_dir: Path = typer.Option(None, "--work-dir", file_okay=False, help="Keep each mode's data dir (builds, "
@@ -83,11 +89,16 @@ def throughput_command(
 
       harness bench throughput -n 32 --device cuda --json throughput.json
 
+      harness bench throughput -n 32 --serial-n 6 --device cuda   (serial on one variant of each solution)
+
       harness bench throughput -n 3 --device cpu
     """
     setup_logging(log_level)
     if device not in ("cuda", "cpu"):
         typer.echo("error: --device takes cuda or cpu", err=True)
+        raise typer.Exit(2)
+    if serial_n is not None and serial_n > n:
+        typer.echo(f"error: --serial-n ({serial_n}) cannot exceed -n ({n})", err=True)
         raise typer.Exit(2)
     if arch_list and device != "cuda":
         typer.echo("error: --arch-list needs --device cuda (a C++-only build has no CUDA arch)", err=True)
@@ -103,10 +114,10 @@ def throughput_command(
     with tempfile.TemporaryDirectory(prefix="kh-bench-") as tmp, \
             Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                      console=Console(stderr=True)) as bar:
-        tasks = {m: bar.add_task(m, total=n) for m in ("serial", "pipelined")}
+        tasks = {m: bar.add_task(m, total=total) for m, total in (("serial", serial_n or n), ("pipelined", n))}
         try:
             rep = throughput.run_bench(variants, settings, registry, work_dir or Path(tmp), device=device, gpu=gpu,
-                                       compile_workers=compile_workers, arch_list=arch_list,
+                                       compile_workers=compile_workers, arch_list=arch_list, serial_n=serial_n,
                                        progress=lambda m, done, _t: bar.update(tasks[m], completed=done))
         except (SlotError, ValueError) as e:
             typer.echo(f"error: {e}", err=True)

@@ -147,6 +147,10 @@ class ThroughputReport(BaseModel):
     device: str
     device_name: str
     n: int
+    # Serial evaluation is linear in the count, so it can be measured on the first `serial_n` of the N variants
+    # (each template once when serial_n >= the number of templates) where N serial builds do not fit the time
+    # at hand; its evaluations per hour are a rate either way. None: all N.
+    serial_n: int | None = None
     distinct_sources: int
     origins: list[str]
     arch_list: str | None  # TORCH_CUDA_ARCH_LIST override; None: the worker's default (its GPU's arch only)
@@ -248,24 +252,30 @@ def bench_slot(device: str, gpu: int, settings: Settings) -> Slot:
 
 def run_bench(variants: list[Variant], settings: Settings, registry: Registry, work_dir: Path, *, device: str,
               gpu: int = 0, compile_workers: int | None = None, arch_list: str | None = None,
+              serial_n: int | None = None,
               progress: Callable[[str, int, int], None] | None = None) -> ThroughputReport:
-    """Serial, then pipelined, each in a fresh data dir under `work_dir` (which must not hold earlier runs)."""
+    """Serial (on the first `serial_n` variants, all by default), then pipelined (on all), each in a fresh data
+    dir under `work_dir` (which must not hold earlier runs)."""
+    if serial_n is not None and not 1 <= serial_n <= len(variants):
+        raise ValueError(f"the serial sample must be 1 to {len(variants)} submissions, got {serial_n}")
     capabilities.check_safe(settings)
     slot = bench_slot(device, gpu, settings)
     if compile_workers is None:  # the worker's default; at least one, which a CPU-only worker would not run
         compile_workers = default_compile_workers(settings, [slot])
     extra_env = {"TORCH_CUDA_ARCH_LIST": arch_list} if arch_list else {}
     modes = []
-    for mode, workers in (("serial", 0), ("pipelined", max(1, compile_workers))):
+    for mode, workers, batch in (("serial", 0, variants[:serial_n] if serial_n else variants),
+                                 ("pipelined", max(1, compile_workers), variants)):
         data_dir = work_dir / mode
         if data_dir.exists() and any(data_dir.iterdir()):
             raise ValueError(f"{data_dir} is not empty: each mode needs a fresh build cache")
         mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None})
-        modes.append(run_mode(mode, variants, mode_settings, registry, slot, compile_workers=workers,
+        modes.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,
                               extra_env=extra_env,
                               progress=(lambda done, total, m=mode: progress(m, done, total)) if progress else None))
     target = slot.target
     return ThroughputReport(
         device=device, device_name=target.device_name if target else device, n=len(variants),
+        serial_n=serial_n if serial_n and serial_n < len(variants) else None,
         distinct_sources=len({v.text for v in variants}), origins=sorted({v.origin for v in variants}),
         arch_list=arch_list, modes=modes, bar=bar_check(modes[0], modes[1]))

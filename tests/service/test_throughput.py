@@ -71,22 +71,24 @@ def _ninja_outputs(build_root) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_bench_throughput_on_cpu_evaluates_every_variant_in_both_modes(svc_settings, tmp_path):
-    """Six C++ builds and six evaluations: about two minutes on a 2-core machine."""
+    """Serial on a sample of 2, pipelined on all 4: six C++ builds and six evaluations, about two minutes on a
+    2-core machine."""
     work, out = tmp_path / "bench", tmp_path / "report.json"
-    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--device", "cpu", "--work-dir", str(work),
-                                   "--json", str(out)),
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "4", "--serial-n", "2", "--device", "cpu",
+                                   "--work-dir", str(work), "--json", str(out)),
                        env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr
     assert "evaluations per hour" in p.stdout and "bar: pipelined" in p.stdout
+    assert "serial mode on the first 2 of the 4" in p.stdout
 
     rep = throughput.ThroughputReport.model_validate_json(out.read_text())
-    assert rep.device == "cpu" and rep.n == 3 and rep.distinct_sources == 3
+    assert rep.device == "cpu" and rep.n == 4 and rep.serial_n == 2 and rep.distinct_sources == 4
     serial, pipelined = rep.modes
     assert (serial.mode, serial.compile_workers) == ("serial", 0)
     assert pipelined.mode == "pipelined" and pipelined.compile_workers >= 1
-    for m in rep.modes:
-        assert m.submissions == 3 and m.verdicts == {"passed": 3}, m.verdicts
-        assert m.wall_s > 0 and m.evals_per_hour == pytest.approx(3 * 3600 / m.wall_s)
+    for m, count in zip(rep.modes, (2, 4), strict=True):
+        assert m.submissions == count and m.verdicts == {"passed": count}, m.verdicts
+        assert m.wall_s > 0 and m.evals_per_hour == pytest.approx(count * 3600 / m.wall_s)
         assert 0 <= m.device_busy_fraction <= 1
         assert m.device_s == pytest.approx(m.slot_s - m.slot_import_s)
         assert 0 < m.slot_s <= m.wall_s * (1 + 1e-6)  # one slot: its evaluations never overlap
@@ -94,15 +96,21 @@ def test_bench_throughput_on_cpu_evaluates_every_variant_in_both_modes(svc_setti
         # Each mode has a cache of its own, and in each every variant was built exactly once: in serial mode by its
         # evaluation, in pipelined mode by the pool (its evaluation found the build dir ready).
         built = _ninja_outputs(work / m.mode / "builds")
-        assert len(built) == 3
+        assert len(built) == count
         for outputs in built.values():
             assert outputs and len(outputs) == len(set(outputs)), outputs
     assert serial.compile_s == serial.slot_import_s  # the serial mode builds inside the slot
     assert "compile pool" in pipelined.compile_where
     # With the build done ahead, the pipelined candidates' import phase is the imports alone.
-    assert pipelined.slot_import_s < serial.slot_import_s
+    assert pipelined.slot_import_s / 4 < serial.slot_import_s / 2
     assert rep.bar.speedup == pytest.approx(pipelined.evals_per_hour / serial.evals_per_hour)
     assert json.loads(out.read_text())["schema_version"] == 1
+
+
+def test_bench_refuses_a_serial_sample_larger_than_the_batch(svc_settings):
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--serial-n", "4", "--device", "cpu"),
+                       env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--serial-n (4) cannot exceed -n (3)" in p.stderr
 
 
 def test_bench_refuses_an_arch_list_without_cuda(svc_settings):
