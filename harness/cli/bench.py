@@ -52,6 +52,10 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
     console.print(table)
     for m in rep.modes:
         console.print(f"{m.mode}: compile s = {m.compile_where}", soft_wrap=True)
+    for m in rep.modes:
+        if m.phases_s:
+            console.print(f"{m.mode}: evaluation phases, s summed over {m.submissions}: "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in m.phases_s.items()), soft_wrap=True)
     b = rep.bar
     pipelined = rep.modes[1]
     console.print(f"bar: pipelined wall {pipelined.wall_s:.1f} s <= {throughput.WALL_BAR} x max(compile s / workers, "

@@ -133,6 +133,9 @@ class ModeReport(BaseModel):
     device_busy_fraction: float  # device_s / wall_s
     evals_per_hour: float
     children_cpu_s: float  # RUSAGE_CHILDREN delta over the mode: every child, builds and evaluations alike
+    # Seconds per evaluation phase (observations.phases), summed over the mode's evaluations: where the device
+    # stage goes. Empty in reports written before it existed.
+    phases_s: dict[str, float] = {}
 
 
 class BarCheck(BaseModel):
@@ -231,6 +234,10 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
     slot_s = sum(secs for secs, _ in meter.evaluations)
     slot_import_s = sum(r.observations.candidate_import_s or 0.0 for _, r in meter.evaluations if r is not None)
     device_s = max(0.0, slot_s - slot_import_s)
+    phases: dict[str, float] = {}
+    for _, r in meter.evaluations:
+        for name, secs in (r.observations.phases if r is not None else {}).items():
+            phases[name] = phases.get(name, 0.0) + secs
     return ModeReport(
         mode=mode, compile_workers=compile_workers, submissions=len(variants), verdicts=dict(verdicts), wall_s=wall,
         compile_s=sum(meter.builds) if compile_workers else slot_import_s,
@@ -239,6 +246,7 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         device_busy_fraction=min(1.0, device_s / wall) if wall > 0 else 0.0,
         evals_per_hour=len(variants) * 3600.0 / wall if wall > 0 else 0.0,
         children_cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        phases_s={k: round(v, 3) for k, v in phases.items()},
     )
 
 
