@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from harness.sandbox import problem_module, timing, torchflags
-from harness.sandbox.protocol import CandidateRequest, Channel, TimeCommand, WarmupCommand
+from harness.sandbox.protocol import CandidateRequest, Channel, ConstructCommand, TimeCommand, WarmupCommand
 from harness.verdicts import Phase
 
 
@@ -140,6 +140,12 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         module = import_submission(req.submission_path)
         chan.send("imported", seconds=time.perf_counter() - t0)
         check_flags("import")
+        # The import ran while the trusted side prepared the problem; the exchange dir is complete once the
+        # parent says so. Anything else on stdin (or its end: the parent stopped this evaluation) ends here.
+        line = sys.stdin.readline()
+        if not line.strip().startswith("{"):
+            return
+        trials = ConstructCommand.model_validate_json(line).trials
         model_cls = getattr(module, "ModelNew", None)
         if not isinstance(model_cls, type):
             chan.send("invalid", message="the module defines no class ModelNew after import")
@@ -166,7 +172,7 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         problem = problem_module.load_problem(req.problem)  # for timing: loaded before the envelope opens
         req.outputs_dir.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
-            for i in range(req.trials):
+            for i in range(trials):
                 inputs = problem_module.to_device(
                     torch.load(req.exchange_dir / f"inputs_{i}.pt", weights_only=True), device)
                 out = checked_call(model, inputs, device, chan, trial=i)

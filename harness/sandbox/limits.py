@@ -53,11 +53,16 @@ def _pids_of_uid(uid: int) -> list[int]:
     """The live processes of `uid`. Zombies are left out: they are dead already, and one whose parent was
     killed too waits for init to reap it, which a busy host may do late."""
     pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
+    # os.listdir, not Path.glob: a process that ends between the listing and the look at its status makes
+    # glob raise ProcessLookupError from inside its own iteration, where no handler here could catch it.
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            text = Path("/proc", name, "status").read_text()
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
             if int(fields["Uid"].split()[0]) == uid and fields.get("State", "").split()[:1] not in (["Z"], ["X"]):
-                pids.append(int(status.parent.name))
+                pids.append(int(name))
         except (OSError, ValueError, KeyError, IndexError):
             continue
     return pids

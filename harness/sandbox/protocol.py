@@ -89,8 +89,14 @@ class CandidateRequest(BaseModel):
     param_seed: int
     exchange_dir: Path  # init.pt (init args + reference state dict) and inputs_<i>.pt, from the trusted side
     outputs_dir: Path
-    trials: int
     timing: TimingConfig | None
+
+
+class ConstructCommand(BaseModel):
+    """After 'imported': the trusted side has written the exchange dir; construct the model and run the trials."""
+
+    cmd: Literal["construct"] = "construct"
+    trials: int
 
 
 class Channel:

@@ -5,7 +5,10 @@ temp dir, with a scrubbed environment:
   trusted  builds the reference, draws inputs from a secret seed, keeps the expected outputs,
            judges the candidate's saved outputs and times the reference;
   child    imports the submission (compiling its load_inline code), runs the trials, times itself.
-The parent owns every deadline, kills whole process groups, and grades from the figures.
+The two start side by side when the device is known in advance (a worker's slot): the child imports
+while the trusted side starts and prepares, and constructs the model only when the parent says the
+parameters and inputs are written. The parent owns every deadline, kills whole process groups, and
+grades from the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describ
 from harness.sandbox.protocol import (
     CandidateRequest,
     CheckTimedCommand,
+    ConstructCommand,
     JudgeCommand,
     PrepareCommand,
     ProblemLoad,
@@ -95,6 +99,9 @@ class EvalOptions:
     run_timeout_s: float | None = None
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
+    # instead of after its probe (an evaluation whose trusted child finds another device is an infra_error).
+    target: Provenance | None = None
 
 
 class _Protocol:
@@ -143,10 +150,21 @@ class _Trusted:
     def __init__(self, proc: ChildProcess, timeout_s: float):
         self.proc = proc
         self.timeout_s = timeout_s
+        self.pending: tuple[str | None, float, float] = (None, 0.0, 0.0)  # command, deadline, limit
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        self.send(command, timeout_s)
+        return self.wait(reply)
+
+    def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
+        """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""
+        limit = timeout_s or self.timeout_s
+        self.pending = (command.get("cmd"), time.monotonic() + limit, limit)
         self.proc.send(command)
+
+    def wait(self, reply: str) -> dict[str, Any]:
+        """The answer to the command last sent."""
+        cmd, deadline, limit = self.pending
         try:
             while True:
                 msg = self.proc.next_message(deadline)
@@ -155,12 +173,11 @@ class _Trusted:
                 if msg.event == "failed":
                     raise _TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))
         except Deadline:
-            limit = timeout_s or self.timeout_s
-            raise _TrustedFailed(f"no answer to {command.get('cmd')!r} within {limit:g} s") from None
+            raise _TrustedFailed(f"no answer to {cmd!r} within {limit:g} s") from None
         except ChildExited:
             code = self.proc.wait_exit(5)
             raise _TrustedFailed(
-                f"the trusted process ended (code {code}) during {command.get('cmd')!r}:\n{self.proc.log_tail()}"
+                f"the trusted process ended (code {code}) during {cmd!r}:\n{self.proc.log_tail()}"
             ) from None
 
 
@@ -211,7 +228,14 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
 
 def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                      tolerance: Tolerance, obs: Observations, job: Path) -> tuple[Provenance | None, str]:
-    """Run both children; fill `obs`. Returns the provenance and the size actually used."""
+    """Run both children; fill `obs`. Returns the provenance and the size actually used.
+
+    The candidate's process starts as soon as its target (device, arch, versions: what its build dir is keyed
+    by) is known: at once when the caller gives it (`options.target`, a worker's probed slot), else right after
+    the trusted child's probe. Its interpreter, torch and the submission's import then run while the trusted
+    child starts and prepares the problem; it constructs the model only once told to, after the trusted side
+    has written the parameters and inputs and the constructor check has passed.
+    """
     rng = secrets.SystemRandom()
     seed = options.seed if options.seed is not None else rng.randrange(1 << 62)
     param_seed, input_seed, timing_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62), (seed * 104729) % (1 << 61)
@@ -219,41 +243,16 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     size = options.size
     provenance: Provenance | None = None
     phases = _Phases(obs)
+    candidate: _Candidate | None = None
     with artifacts.scratch_dir(settings) as work:
         trusted_home = work / "trusted"
         cand_home = work / "candidate"
         exchange = work / "exchange"
         for d in (trusted_home, cand_home, exchange):
             d.mkdir(mode=0o700)
-        trusted_env = scrubbed_env({**trusted_cache_env(settings), **options.extra_env}, trusted_home)
-        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home, env=trusted_env,
-                            log_path=job / "trusted.log",
-                            kill_grace_s=settings.kill_grace_s, jail=limits.jail(settings, untrusted=False))
-        trusted = _Trusted(proc, settings.reference_timeout_s)
-        try:
-            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
-            phases.end("reference_start")
-            probed = trusted.call({"cmd": "probe", "device": options.device}, "probed", _PROBE_TIMEOUT_S)
-            phases.end("probe")
-            provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
-            device = provenance.device
-            if size == "auto":
-                size = "small" if device == "cpu" and "small" in spec.sizes else "default"
-            load = ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides)
-            prepared = trusted.call(PrepareCommand(problem=load, device=device, param_seed=param_seed,
-                                                   input_seed=input_seed, trials=trials,
-                                                   extra_distribution=spec.extra_distribution,
-                                                   exchange_dir=exchange).model_dump(mode="json"), "prepared")
-            phases.end("reference_prepare")
-            distributions = list(prepared.get("distributions") or ["get_inputs"] * trials)
-            obs.trials_expected = trials = len(distributions)
-            try:
-                check_constructor(source, spec.init_arg_names[: prepared["init_arg_count"]]
-                                  if spec.init_arg_names else ["arg"] * prepared["init_arg_count"])
-            except InvalidSubmission as e:
-                obs.static_error = str(e)
-                return provenance, size
 
+        def resolve(device: str) -> tuple[str, ProblemLoad, TimingConfig | None]:
+            chosen = size if size != "auto" else ("small" if device == "cpu" and "small" in spec.sizes else "default")
             timing_cfg = None
             if options.timing:
                 timing_cfg = TimingConfig(
@@ -261,6 +260,58 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     calls=options.timed_calls or (settings.timed_calls_cuda if device == "cuda"
                                                   else settings.timed_calls_cpu),
                 )
+            return chosen, ProblemLoad(path=spec.source_path, overrides=spec.size(chosen).overrides), timing_cfg
+
+        def start_candidate(target: Provenance) -> _Candidate:
+            _size, load, timing_cfg = resolve(target.device)
+            return _Candidate(spec, source, options, settings, target, load, param_seed, timing_cfg, exchange,
+                              cand_home, job)
+
+        early = options.target is not None and options.device in ("auto", options.target.device)
+        trusted_env = scrubbed_env({**trusted_cache_env(settings), **options.extra_env}, trusted_home)
+        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home, env=trusted_env,
+                            log_path=job / "trusted.log",
+                            kill_grace_s=settings.kill_grace_s, jail=limits.jail(settings, untrusted=False))
+        trusted = _Trusted(proc, settings.reference_timeout_s)
+        try:
+            if early:
+                assert options.target is not None
+                candidate = start_candidate(options.target)
+            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+            phases.end("reference_start")
+            probed = trusted.call({"cmd": "probe", "device": options.device}, "probed", _PROBE_TIMEOUT_S)
+            phases.end("probe")
+            provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
+            device = provenance.device
+            if candidate is not None and options.target is not None:
+                changed = _target_changes(options.target, provenance)
+                if changed:  # the candidate's build dir would be keyed by what this device is not
+                    raise _TrustedFailed(f"this evaluation's device is not the slot's probed target: {changed}")
+            size, load, timing_cfg = resolve(device)
+            trusted.send(PrepareCommand(problem=load, device=device, param_seed=param_seed, input_seed=input_seed,
+                                        trials=trials, extra_distribution=spec.extra_distribution,
+                                        exchange_dir=exchange).model_dump(mode="json"))
+            if candidate is None:
+                candidate = start_candidate(provenance)
+            prepared_trials: list[int | None] = []
+            distributions: list[str] = []
+
+            def prepared() -> int | None:
+                """Wait for the trusted side's preparation (once); the trial count, or None when the submission's
+                constructor cannot take the problem's init arguments (obs.static_error says why)."""
+                if not prepared_trials:
+                    answer = trusted.wait("prepared")
+                    phases.end("reference_prepare")
+                    distributions.extend(answer.get("distributions") or ["get_inputs"] * trials)
+                    obs.trials_expected = len(distributions)
+                    try:
+                        check_constructor(source, spec.init_arg_names[: answer["init_arg_count"]]
+                                          if spec.init_arg_names else ["arg"] * answer["init_arg_count"])
+                        prepared_trials.append(len(distributions))
+                    except InvalidSubmission as e:
+                        obs.static_error = str(e)
+                        prepared_trials.append(None)
+                return prepared_trials[0]
 
             def judge() -> bool:
                 """Judge the saved outputs; True when the candidate has earned its timing run."""
@@ -273,8 +324,9 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                     obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
                 return timing_cfg is not None and grading.correct_so_far(obs, tolerance)
 
-            timed_prints = _run_candidate(spec, source, options, settings, provenance, load, param_seed, trials,
-                                          timing_cfg, timing_seed, exchange, cand_home, job, obs, judge, phases)
+            timed_prints = candidate.drive(obs, prepared, judge, timing_seed, phases)
+            if prepared() is None:  # the constructor check failed: the candidate was stopped, or ended first
+                return provenance, size
             check = obs.timed_outputs
             if check is not None and check.reported == check.expected and \
                     grading.correct_so_far(obs, tolerance):
@@ -308,12 +360,21 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
         except (_TrustedFailed, ChildExited, ValidationError, KeyError) as e:
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, _TrustedFailed) else str(e)
         finally:
+            if candidate is not None:
+                candidate.close()  # whatever happened above: no candidate process or build lock outlives this
             with contextlib.suppress(ChildExited):
                 proc.send({"cmd": "exit"})
             proc.wait_exit(settings.kill_grace_s)
             proc.reap()
             phases.end("teardown")
     return provenance, size
+
+
+def _target_changes(target: Provenance, probed: Provenance) -> str:
+    """What differs between a slot's probed target and what this evaluation's trusted child found."""
+    keys = ("device", "compute_capability", "torch_version", "cuda_version", "python_version")
+    return "; ".join(f"{k} {getattr(target, k)!r} -> {getattr(probed, k)!r}" for k in keys
+                     if getattr(target, k) != getattr(probed, k))
 
 
 def trusted_cache_env(settings: Settings) -> dict[str, str]:
@@ -406,40 +467,58 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
         return PrecompileResult(finished, time.monotonic() - t0, proc.log_tail(4096))
 
 
-def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
-                   provenance: Provenance, load: ProblemLoad, param_seed: int, trials: int,
-                   timing_cfg: TimingConfig | None, timing_seed: int, exchange: Path, home: Path, job: Path,
-                   obs: Observations, judge: Callable[[], bool], phases: _Phases) -> list[Any]:
-    """Run the candidate's process; fill `obs`. Returns the fingerprints of its timed calls' outputs."""
-    submission_path = home / "submission.py"
-    submission_path.write_text(source)
-    request = CandidateRequest(
-        submission_path=submission_path, problem=load, device=provenance.device, param_seed=param_seed,
-        exchange_dir=exchange, outputs_dir=home / "outputs", trials=trials, timing=timing_cfg,
-    )
-    request_path = home / "request.json"
-    request_path.write_text(request.model_dump_json())
-    builds, env = _build_env(source, provenance, settings, home, options.extra_env)
-    compile_limit = options.compile_timeout_s or spec.compile_timeout_s
-    run_limit = options.run_timeout_s or spec.run_timeout_s
+class _Candidate:
+    """The candidate's process, started under its build dir's lock as soon as its target is known (its build dir
+    is keyed by it), and driven once the evaluation is ready for it. `close` always ends it."""
 
-    exit_info = ChildExit(phase=Phase.compile, deadline_s=compile_limit)
-    timed_prints: list[Any] = []
-    channel_closed = False
-    protocol = _Protocol()
-    go_ahead_at: float | None = None
-    with contextlib.ExitStack() as build_lock:
-        build_lock.enter_context(artifacts.exclusive_build_dir(builds))
-        proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
-                            env=scrubbed_env(env, home), log_path=job / "candidate.log",
-                            kill_grace_s=settings.kill_grace_s,
-                            jail=limits.jail(settings, untrusted=True, writable=[home, builds], readable=[exchange],
-                                             visible=[spec.source_path]))
-        deadline = proc.started_at + compile_limit
+    def __init__(self, spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
+                 load: ProblemLoad, param_seed: int, timing_cfg: TimingConfig | None, exchange: Path, home: Path,
+                 job: Path):
+        self.settings, self.timing_cfg = settings, timing_cfg
+        submission_path = home / "submission.py"
+        submission_path.write_text(source)
+        request = CandidateRequest(
+            submission_path=submission_path, problem=load, device=target.device, param_seed=param_seed,
+            exchange_dir=exchange, outputs_dir=home / "outputs", timing=timing_cfg,
+        )
+        request_path = home / "request.json"
+        request_path.write_text(request.model_dump_json())
+        self.builds, env = _build_env(source, target, settings, home, options.extra_env)
+        self.compile_limit = options.compile_timeout_s or spec.compile_timeout_s
+        self.run_limit = options.run_timeout_s or spec.run_timeout_s
+        self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
+        self.build_lock = contextlib.ExitStack()
+        self.build_lock.enter_context(artifacts.exclusive_build_dir(self.builds))
+        try:
+            self.proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
+                                     env=scrubbed_env(env, home), log_path=job / "candidate.log",
+                                     kill_grace_s=settings.kill_grace_s,
+                                     jail=limits.jail(settings, untrusted=True, writable=[home, self.builds],
+                                                      readable=[exchange], visible=[spec.source_path]))
+        except BaseException:
+            self.build_lock.close()
+            raise
+
+    def close(self) -> None:
+        """End the process (its whole group) and release the build dir. Idempotent."""
+        self.proc.reap()
+        self.build_lock.close()
+
+    def drive(self, obs: Observations, prepared: Callable[[], int | None], judge: Callable[[], bool],
+              timing_seed: int, phases: _Phases) -> list[Any]:
+        """Speak with the candidate's process until it is done; fill `obs`. Returns the fingerprints of its timed
+        calls' outputs. `prepared` is asked, when the candidate has imported, for the trial count (None: stop it)."""
+        run_limit, timing_cfg = self.run_limit, self.timing_cfg
+        exit_info = ChildExit(phase=Phase.compile, deadline_s=self.compile_limit)
+        timed_prints: list[Any] = []
+        channel_closed = False
+        protocol = _Protocol()
+        go_ahead_at: float | None = None
+        deadline = self.proc.started_at + self.compile_limit
         try:
             while True:
                 try:
-                    msg = proc.next_message(deadline)
+                    msg = self.proc.next_message(deadline)
                 except Deadline:
                     exit_info.timed_out = True
                     break
@@ -452,11 +531,19 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     obs.protocol_violations.append(violation)
                     break
                 if msg.event == "imported":
-                    obs.candidate_import_s = msg.received_at - proc.started_at
+                    obs.candidate_import_s = msg.received_at - self.proc.started_at
                     phases.end("candidate_import", msg.received_at)
+                    trials = prepared()  # the trusted side's preparation and the constructor check
+                    if trials is None:
+                        self.dismissed = True
+                        break
+                    with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
+                        self.proc.send(ConstructCommand(trials=trials).model_dump_json())
+                    # The wait for the trusted side was the harness's, not the candidate's.
+                    deadline += time.monotonic() - msg.received_at
                 elif msg.event == "constructed":
                     phases.end("candidate_construct", msg.received_at)
-                    build_lock.close()
+                    self.build_lock.close()
                     obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
                     exit_info.phase, exit_info.deadline_s = Phase.correctness, run_limit
                     deadline = msg.received_at + run_limit
@@ -465,7 +552,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     go = judge()
                     warm_seed = secrets.SystemRandom().randrange(1 << 61)  # tells nothing of the timed seed
                     with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
-                        proc.send(WarmupCommand(seed=warm_seed).model_dump_json() if go else "exit")
+                        self.proc.send(WarmupCommand(seed=warm_seed).model_dump_json() if go else "exit")
                     if not go:
                         exit_info.finished = True
                         break
@@ -475,7 +562,7 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
                     phases.end("candidate_warmup", msg.received_at)
                     go_ahead_at = time.monotonic()
                     with contextlib.suppress(ChildExited):
-                        proc.send(TimeCommand(seed=timing_seed).model_dump_json())
+                        self.proc.send(TimeCommand(seed=timing_seed).model_dump_json())
                     protocol.seen.add("time_sent")
                 elif msg.event == "timing_started":
                     exit_info.phase = Phase.timing
@@ -515,22 +602,25 @@ def _run_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setting
         finally:
             if exit_info.finished or channel_closed:
                 # The pipe closes a moment before the process is reapable: let it end on its own.
-                proc.wait_exit(settings.kill_grace_s + 10)
-            proc.kill()
-            code = proc.proc.returncode
+                self.proc.wait_exit(self.settings.kill_grace_s + 10)
+            self.proc.kill()
+            code = self.proc.proc.returncode
             exit_info.returncode = code
             exit_info.signal = None if exit_info.finished else describe_returncode(code)
-            if proc.killed_by_parent and not exit_info.timed_out and not exit_info.finished:
+            if self.proc.killed_by_parent and not exit_info.timed_out and not exit_info.finished:
                 exit_info.signal = f"{exit_info.signal or 'a signal'} from the harness (it closed its channel " \
                                    "but did not exit)"
-            proc.reap()
+            self.proc.reap()
             phases.end("candidate_exit")
-    if proc.garbage_lines:
-        obs.protocol_violations.append(f"{proc.garbage_lines} line(s) on the channel that are not harness messages")
-    obs.candidate_exit = exit_info
-    obs.log_tail = proc.log_tail()
-    if obs.kernels is not None and obs.kernels.names is not None:
-        obs.kernels.custom = kernels.custom_kernels(obs.kernels.names, kernels.extension_symbols(builds))
-    if timing_cfg is not None and obs.candidate_timing is not None:
-        obs.timed_outputs = TimedOutputCheck(reported=len(timed_prints), expected=timing_cfg.calls)
-    return timed_prints
+        if self.dismissed:
+            return []
+        if self.proc.garbage_lines:
+            obs.protocol_violations.append(f"{self.proc.garbage_lines} line(s) on the channel that are not harness "
+                                           "messages")
+        obs.candidate_exit = exit_info
+        obs.log_tail = self.proc.log_tail()
+        if obs.kernels is not None and obs.kernels.names is not None:
+            obs.kernels.custom = kernels.custom_kernels(obs.kernels.names, kernels.extension_symbols(self.builds))
+        if timing_cfg is not None and obs.candidate_timing is not None:
+            obs.timed_outputs = TimedOutputCheck(reported=len(timed_prints), expected=timing_cfg.calls)
+        return timed_prints

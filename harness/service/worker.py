@@ -357,8 +357,8 @@ class Worker:
         result: EvalResult | None = None
         error = ""
         try:
-            result = self.evaluate_fn(h.spec, claim.text, EvalOptions(device=slot.device, extra_env=slot.env),
-                                      self.settings)
+            options = EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target)
+            result = self.evaluate_fn(h.spec, claim.text, options, self.settings)
         except Exception as e:
             error = f"the worker failed while evaluating: {type(e).__name__}: {e}"
             log.exception("job %d: evaluation raised", claim.job_id)

@@ -60,6 +60,14 @@ def _leftovers(settings: Settings) -> list[int]:
             for pid in limits._pids_of_uid(uid)]
 
 
+def test_listing_a_uids_processes_survives_a_process_that_ends_meanwhile(monkeypatch):
+    """A pid listed but gone by the time its status is read (a fork bomb's children die that way) is skipped,
+    not an error: cleanup and the leftover check both rest on this listing."""
+    real = os.listdir
+    monkeypatch.setattr(limits.os, "listdir", lambda path: ["4194999999", "self", *real(path)])
+    assert os.getpid() in limits._pids_of_uid(os.getuid())
+
+
 def test_the_platform_probe_reports_what_it_found():
     p = capabilities.platform()
     assert p.describe()

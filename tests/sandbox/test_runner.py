@@ -36,14 +36,47 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     p = r.provenance
     assert p is not None and p.device == "cpu" and p.torch_version and p.harness_version
     assert r.problem.id == "gemm-groupnorm-min-biasadd" and r.problem.size == "small"
-    # Where the wall time went, phase by phase in the order they ran, adding up to the evaluation's wall time.
-    assert list(o.phases) == ["reference_start", "probe", "reference_prepare", "candidate_import",
+    # Where the wall time went, phase by phase in the order the parent waited for them, adding up to the
+    # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
+    # preparation runs during its import, and the parent waits for the import (which imports torch).
+    assert list(o.phases) == ["reference_start", "probe", "candidate_import", "reference_prepare",
                               "candidate_construct", "candidate_trials", "judge", "candidate_warmup",
                               "candidate_timing", "candidate_exit", "check_timed_outputs", "reference_timing",
                               "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
     assert sum(o.phases.values()) == pytest.approx(p.wall_s, abs=0.5)
+
+
+def test_with_the_slots_target_the_candidate_starts_beside_the_trusted_side_and_still_passes(run_fixture, settings):
+    from harness.sandbox.runner import probe_device
+
+    target = probe_device("cpu", settings)
+    r = run_fixture("level2/75", "l75_pytorch_correct.py", target=target)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    o = r.observations
+    assert len(o.trials) == 6 and o.candidate_timing is not None and o.eager_timing is not None
+    # The candidate imported torch while the trusted child did: the parent waited for only part of its import.
+    assert o.candidate_import_s is not None and o.candidate_import_s > 0.5
+    assert o.phases["candidate_import"] < o.candidate_import_s - 0.3, o.phases
+    assert sum(o.phases.values()) == pytest.approx(r.provenance.wall_s, abs=0.5)
+
+
+def test_a_target_the_trusted_side_does_not_find_is_infra_error_not_the_submissions_fault(run_fixture, settings):
+    from harness.sandbox.runner import probe_device
+
+    stale = probe_device("cpu", settings).model_copy(update={"torch_version": "0.0.1"})
+    r = run_fixture("level2/75", "l75_pytorch_correct.py", target=stale)
+    assert r.verdict == Verdict.infra_error, r.message
+    assert "not the slot's probed target" in r.message and "torch_version '0.0.1'" in r.message
+
+
+def test_a_wrong_constructor_with_an_early_candidate_is_invalid_submission(run_fixture, settings):
+    from harness.sandbox.runner import probe_device
+
+    r = run_fixture("level2/30", "l30_wrong_signature.py", target=probe_device("cpu", settings))
+    assert r.verdict == Verdict.invalid_submission, r.message
+    assert r.observations.candidate_exit is None  # stopped before it constructed anything
 
 
 def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture, settings):
