@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import random
 import secrets
@@ -67,6 +68,8 @@ from harness.schema import (
 from harness.submission import InvalidSubmission, check_constructor, extract
 from harness.verdicts import Phase
 
+log = logging.getLogger("harness.runner")
+
 _PROBE_TIMEOUT_S = 120.0
 _TIMED_CHECKS = 10  # timed calls whose outputs are re-checked, chosen at random after the calls
 
@@ -100,7 +103,7 @@ class EvalOptions:
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
     extra_env: dict[str, str] = field(default_factory=dict)
     # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
-    # instead of after its probe (an evaluation whose trusted child finds another device is an infra_error).
+    # instead of after its probe (and starts again after it, if the trusted child finds something else).
     target: Provenance | None = None
 
 
@@ -285,8 +288,11 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             device = provenance.device
             if candidate is not None and options.target is not None:
                 changed = _target_changes(options.target, provenance)
-                if changed:  # the candidate's build dir would be keyed by what this device is not
-                    raise _TrustedFailed(f"this evaluation's device is not the slot's probed target: {changed}")
+                if changed:  # its build dir is keyed by what this device is not: start it again for this one
+                    log.warning("the slot's target is not what this evaluation's trusted child found (%s): the "
+                                "candidate's process starts again for the device found", changed)
+                    candidate.close()
+                    candidate = None
             size, load, timing_cfg = resolve(device)
             trusted.send(PrepareCommand(problem=load, device=device, param_seed=param_seed, input_seed=input_seed,
                                         trials=trials, extra_distribution=spec.extra_distribution,
