@@ -2,11 +2,16 @@
 # The GPU runs still owed when the 2026-11-23 session's device time ran out, stage by stage, each fitting one
 # 10-minute device call (carry .whl/). Run them in this order, each call within the machine's 30 s idle time of
 # the last, so builds and the bench survive between calls:
-#   device-session.sh tests         the gpu tests not yet run with the final code (about 7 minutes)
+#   device-session.sh tests         gpu tests never run with the final code: the reference solutions of 75, 62
+#                                   and 37, the sandbox user's CUDA run, worker health (about 5-6 minutes)
+#   device-session.sh corpus        the adversarial corpus's exploits again (about 7.5 minutes): the last GPU run
+#                                   predates the candidate's early start and 'construct' command
+#   device-session.sh twins         the corpus's honest twins and the full-size PyTorch copies of 94, 30 and 88
+#                                   (about 3-4 minutes)
 #   device-session.sh bench-start   `harness bench throughput -n 32 --serial-n 6` in a session of its own
 #                                   (setsid: it outlives the call), then waits for it up to 9 minutes
 #   device-session.sh bench-wait    waits for it again (repeat until it prints "bench finished")
-# Results land in $OUT: gpu-tests.log, throughput.json, throughput.txt, bench.log.
+# Results land in $OUT: gpu-tests.log, gpu-corpus.log, gpu-twins.log, throughput.json, throughput.txt, bench.log.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/device-env.sh"
 export HARNESS_DATA_DIR=/tmp/kh-data
@@ -39,11 +44,21 @@ case "${1:-}" in
       "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/75]" \
       "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/62]" \
       "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/37]" \
+      tests/sandbox/test_containment_gpu.py::test_the_sandbox_user_runs_cuda_code \
+      tests/service/test_worker_health.py 2>&1 | tee "$OUT/gpu-tests.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
+  corpus)
+    python3 -m pytest -m gpu -s -q -p no:cacheprovider tests/sandbox/test_corpus.py -k exploit 2>&1 \
+      | tee "$OUT/gpu-corpus.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
+  twins)
+    python3 -m pytest -m gpu -s -q -p no:cacheprovider tests/sandbox/test_corpus.py -k "not exploit" \
       "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/94]" \
       "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/30]" \
       "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/88]" \
-      tests/sandbox/test_containment_gpu.py::test_the_sandbox_user_runs_cuda_code \
-      tests/service/test_worker_health.py 2>&1 | tee "$OUT/gpu-tests.log"
+      2>&1 | tee "$OUT/gpu-twins.log"
     exit "${PIPESTATUS[0]}"
     ;;
   bench-start)
@@ -58,5 +73,5 @@ case "${1:-}" in
     [ -d "$BENCH" ] || { echo "no bench here: the machine was given back since bench-start"; exit 1; }
     bench_wait
     ;;
-  *) echo "usage: $0 tests|bench-start|bench-wait"; exit 2 ;;
+  *) echo "usage: $0 tests|corpus|twins|bench-start|bench-wait"; exit 2 ;;
 esac
