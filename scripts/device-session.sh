@@ -11,9 +11,26 @@
 #   device-session.sh bench-start   `harness bench throughput -n 32 --serial-n 6` in a session of its own
 #                                   (setsid: it outlives the call), then waits for it up to 9 minutes
 #   device-session.sh bench-wait    waits for it again (repeat until it prints "bench finished")
-# Results land in $OUT: gpu-tests.log, gpu-corpus.log, gpu-twins.log, throughput.json, throughput.txt, bench.log.
+# Results land in $OUT: gpu-pytest.log (the test stages, through device-check.sh), throughput.json,
+# throughput.txt, bench.log.
 set -uo pipefail
-. "$(dirname "$0")/../scripts/device-env.sh"
+here=$(dirname "$0")
+case "${1:-}" in  # the test stages: device-check.sh's pytest mode, with these tests
+  tests)
+    exec bash "$here/device-check.sh" pytest \
+      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/75]" \
+      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/62]" \
+      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/37]" \
+      tests/sandbox/test_containment_gpu.py::test_the_sandbox_user_runs_cuda_code tests/service/test_worker_health.py ;;
+  corpus)
+    exec bash "$here/device-check.sh" pytest tests/sandbox/test_corpus.py -k exploit ;;
+  twins)
+    exec bash "$here/device-check.sh" pytest tests/sandbox/test_corpus.py -k "not exploit" \
+      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/94]" \
+      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/30]" \
+      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/88]" ;;
+esac
+. "$here/device-env.sh"
 export HARNESS_DATA_DIR=/tmp/kh-data
 BENCH=/tmp/kh-bench
 WAIT_S=${WAIT_S:-540}
@@ -39,28 +56,6 @@ bench_wait() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 case "${1:-}" in
-  tests)
-    python3 -m pytest -m gpu -s -q -p no:cacheprovider \
-      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/75]" \
-      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/62]" \
-      "tests/reference_solutions/test_reference_solutions.py::test_solution_passes_the_harness_at_full_size[level2/37]" \
-      tests/sandbox/test_containment_gpu.py::test_the_sandbox_user_runs_cuda_code \
-      tests/service/test_worker_health.py 2>&1 | tee "$OUT/gpu-tests.log"
-    exit "${PIPESTATUS[0]}"
-    ;;
-  corpus)
-    python3 -m pytest -m gpu -s -q -p no:cacheprovider tests/sandbox/test_corpus.py -k exploit 2>&1 \
-      | tee "$OUT/gpu-corpus.log"
-    exit "${PIPESTATUS[0]}"
-    ;;
-  twins)
-    python3 -m pytest -m gpu -s -q -p no:cacheprovider tests/sandbox/test_corpus.py -k "not exploit" \
-      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/94]" \
-      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/30]" \
-      "tests/sandbox/test_runner_gpu.py::test_pure_pytorch_reference_copy_passes_at_full_size[level2/88]" \
-      2>&1 | tee "$OUT/gpu-twins.log"
-    exit "${PIPESTATUS[0]}"
-    ;;
   bench-start)
     rm -rf "$BENCH" && mkdir -p "$BENCH"
     # A session of its own: the device tool ends what a call leaves running, except such a one.
