@@ -28,10 +28,12 @@ class Settings(BaseSettings):
     # Correctness
     correctness_trials: int = Field(default=5, ge=1, le=100)
 
-    # Timing
-    warmup_calls: int = Field(default=5, ge=0)
-    timed_calls_cuda: int = Field(default=100, ge=1)
-    timed_calls_cpu: int = Field(default=10, ge=1)
+    # Timing: rounds of windows on the parent's clock (harness/sandbox/windows.py), candidate and reference
+    # interleaved; each window lasts about window_ms at the reference's speed.
+    timing_windows_cuda: int = Field(default=15, ge=3)
+    timing_windows_cpu: int = Field(default=7, ge=3)
+    window_ms_cuda: float = Field(default=30.0, gt=0)
+    window_ms_cpu: float = Field(default=60.0, gt=0)
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimingStats, Tolerance
@@ -19,14 +20,13 @@ PRECISION_FLOOR = 1e-5
 
 _EXCERPT_LINES = 30
 
-# The parent's envelope of the timing phase contradicts a report whose total (mean x calls) is below
-# this share of the total it implies, less this slack in ms. Both are wide on purpose: host noise
-# (another process, a page fault, the GC) only ever lengthens the parent's wall clock, so a tight
-# bound flags honest kernels on a busy host. It catches gross forgery (a report of a quarter or less
-# of the real time, 50 ms or more in all); finer forgery first has to get past the timing primitives
-# captured before the import and the static pre-check.
-ENVELOPE_FACTOR = 0.25
-ENVELOPE_SLACK_MS = 50.0
+# A candidate's hand-over of picked outputs may exceed the trusted side's save of the same outputs by its slack
+# (obs.timed_outputs.handover_slack_ms) or by this share of the credited time of the picked calls, whichever is
+# larger: an honest hand-over only saves; one that computes the output only when asked pays its full time there.
+HANDOVER_CALL_SHARE = 0.5
+# Timed windows whose times per call spread wider than this (interquartile range over median) are too noisy to
+# rank: the result stands, marked timing_unreliable.
+SPREAD_LIMIT = 0.10
 # A median below this share of the speed-of-light floor is physically impossible (the floor uses
 # measured peaks, which real kernels rarely beat by more than measurement noise).
 SOL_FACTOR = 0.8
@@ -139,12 +139,9 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
         g = _grade_trial(label, trial.structure_error, trial.outputs, tol)
         if g is not None:
             return g
-    timed = obs.timed_outputs
-    if timed is not None and (timed.reported != timed.expected or timed.mismatches):
-        detail = "; ".join(timed.mismatches) or (
-            f"the candidate reported {timed.reported} output fingerprints for {timed.expected} timed calls")
-        return Grade(Verdict.flagged, "outputs of timed calls differ from the reference: the fast path that was timed "
-                     "is not the one that was checked", detail, flags=[Flag(check="timed_outputs", detail=detail)])
+    g = _timed_outputs(obs, tol)
+    if g is not None:
+        return g
     if obs.outputs_changed:
         detail = ", ".join(obs.outputs_changed)
         return _flagged("deferred_output", "the output changed after forward returned (" + detail + "): work left "
@@ -152,9 +149,6 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     if obs.inputs_mutated:
         detail = "; ".join(obs.inputs_mutated)
         return _flagged("input_mutation", "forward changed its inputs (" + detail + ")", detail)
-    g = _timing_integrity(obs)
-    if g is not None:
-        return g
     det = obs.determinism
     if det is not None and not det.bitwise_equal and (det.max_rel_diff is None or det.max_rel_diff > tol.atol):
         diff = "different structure" if det.max_rel_diff is None else f"max |o1-o2|/(1+|o2|) = {det.max_rel_diff:.3g}"
@@ -163,20 +157,33 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     return _passed(obs, tol)
 
 
-def _timing_integrity(obs: Observations) -> Grade | None:
-    """The candidate's timing report against what the parent saw from outside."""
-    ct, env = obs.candidate_timing, obs.envelope
-    if ct is None or env is None:
+def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
+    """The outputs handed over from timed windows, judged like trials; and what the hand-over cost."""
+    timed = obs.timed_outputs
+    if timed is None:
         return None
-    if ct.n != env.calls:
-        return _flagged("timing_envelope", f"the timing report covers {ct.n} calls, the harness asked for {env.calls}",
-                        f"n = {ct.n}, calls = {env.calls}")
-    implied = env.implied_ms()
-    if implied is not None and ct.mean_ms * env.calls < ENVELOPE_FACTOR * implied * env.calls - ENVELOPE_SLACK_MS:
-        detail = (f"reported mean {ct.mean_ms:.4g} ms; the harness's own clock saw {env.wall_ms:.1f} ms for "
-                  f"{env.calls} calls whose loop costs {env.loop_ms:.4g} ms each without the call: "
-                  f"{implied:.4g} ms per call")
-        return _flagged("timing_envelope", "the reported time is contradicted by the harness's own clock", detail)
+    problem: str | None = None
+    if timed.reported != timed.expected:
+        problem = f"the candidate handed over {timed.reported} of the {timed.expected} outputs asked for"
+    elif timed.mismatches:  # results stored before outputs were judged element by element
+        problem = "; ".join(timed.mismatches)
+    for call in timed.calls:
+        g = _grade_trial(f"of timed call {call.trial}", call.structure_error, call.outputs, tol)
+        if g is not None and problem is None:
+            problem = (g.log_excerpt or g.message).removeprefix("trial ")
+    if problem is not None:
+        return _flagged("timed_outputs", "outputs of timed calls differ from the reference: the fast path that was "
+                        "timed is not the one that was checked", problem)
+    ct = obs.candidate_timing
+    if timed.handover_ms and timed.handover_slack_ms is not None and ct is not None:
+        picks = timed.expected / len(timed.handover_ms)
+        excess = statistics.median(timed.handover_ms) - statistics.median(timed.reference_save_ms or [0.0])
+        allowed = max(timed.handover_slack_ms, HANDOVER_CALL_SHARE * picks * ct.median_ms)
+        if excess > allowed:
+            detail = (f"handing over {picks:g} output(s) took {excess:.3g} ms more than saving them takes (median "
+                      f"over {len(timed.handover_ms)} windows; allowed {allowed:.3g} ms), with {ct.median_ms:.4g} ms "
+                      "credited per call: the outputs were computed when asked for, not in the window")
+            return _flagged("handover_time", "the timed window did not compute what it handed over", detail)
     return None
 
 
@@ -221,9 +228,11 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     s_eager = _speedup(obs.eager_timing, obs.candidate_timing)
     s_compile = _speedup(obs.compile_timing, obs.candidate_timing)
     sol, ct = obs.speed_of_light, obs.candidate_timing
-    # The raw median (before the empty-call overhead is taken off): a tiny honest kernel whose median
-    # rounds to ~0 after the subtraction is not below the floor; a no-op still is, by the floor's size.
-    seen = None if ct is None else ct.raw_median_ms if ct.raw_median_ms is not None else ct.median_ms
+    # Parent-clock windows give the time per call net of the empty window, averaged over a window's calls. Results
+    # timed in-process before them are judged on their raw median (an honest tiny kernel's net median there could
+    # round to ~0 after its overhead was taken off).
+    seen = None if ct is None else ct.median_ms if ct.clock == "parent_window" or ct.raw_median_ms is None \
+        else ct.raw_median_ms
     if sol is not None and seen is not None and seen < SOL_FACTOR * sol.floor_ms():
         detail = (f"median {seen:.4g} ms, the floor {sol.floor_ms():.4g} ms ({sol.flops or 0:.3g} FLOP at "
                   f"{sol.flops_per_s / 1e12:.0f} TFLOP/s, {sol.min_bytes or 0:.3g} B at "
@@ -239,6 +248,11 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
         shown = ", ".join(obs.kernels.names[:5]) or "none"
         flags.append(Flag(check="no_custom_kernel", detail=f"forward launched only library kernels ({shown}): "
                           "passed, not ranked"))
+    noisy = [f"{name} {t.spread:.1%}" for name, t in (("candidate", ct), ("eager", obs.eager_timing))
+             if t is not None and t.spread is not None and t.spread > SPREAD_LIMIT]
+    if noisy:
+        flags.append(Flag(check="timing_unreliable", detail=f"the timed windows spread {', '.join(noisy)} "
+                          f"(interquartile range over median; limit {SPREAD_LIMIT:.0%}): shown, not ranked"))
     cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
     ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
     if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:

@@ -71,16 +71,23 @@ class DeterminismFigures(BaseModel):
 
 
 class TimingStats(BaseModel):
-    clock: Literal["cuda_event", "perf_counter"]
+    """Milliseconds per call. `parent_window` (harness/sandbox/windows.py): the parent's clock over timed
+    windows, n windows of calls_per_window calls each; the statistics are over windows. The in-process clocks
+    (`cuda_event`, `perf_counter`) are those of results stored before the parent timed every window."""
+
+    clock: Literal["parent_window", "cuda_event", "perf_counter"]
     n: int
-    median_ms: float  # the raw median less overhead_ms (see harness/sandbox/timing.py)
-    raw_median_ms: float | None = None
+    median_ms: float  # the median over windows of (window - median empty window) / calls
+    raw_median_ms: float | None = None  # the same without the empty window taken off
     mean_ms: float
     min_ms: float
     max_ms: float
     std_ms: float
-    overhead_ms: float | None = None  # median of the same loop with an empty call
-    loop_wall_ms: float | None = None  # host wall ms per call of the whole timed loop
+    overhead_ms: float | None = None  # the median empty window, per call
+    loop_wall_ms: float | None = None  # (in-process clocks only)
+    calls_per_window: int | None = None
+    spread: float | None = None  # interquartile range over median of the per-window figures
+    windows_ms: list[float] = Field(default_factory=list)  # each window's wall time, parent's clock
 
 
 class ChildExit(BaseModel):
@@ -109,12 +116,20 @@ class FlagChange(BaseModel):
 
 
 class TimedOutputCheck(BaseModel):
-    """Outputs of timed calls, checked by fingerprint against the reference on the same inputs."""
+    """Outputs of timed calls, picked by the parent after each window closed, handed over by the candidate as it
+    kept them, and compared element by element with the reference on the same inputs by the trusted side."""
 
-    reported: int  # fingerprints the candidate sent (one per timed call expected)
-    expected: int
-    checked: list[int] = Field(default_factory=list)  # call indices chosen by the parent after the calls
+    reported: int = 0  # outputs handed over
+    expected: int = 0  # outputs asked for
+    checked: list[int] = Field(default_factory=list)  # call indices (window * calls_per_window + call)
     mismatches: list[str] = Field(default_factory=list)
+    # The hand-overs on the parent's clock, and the trusted side's saves of outputs of the same sizes: a
+    # candidate that computes an output only when asked for it pays for it here.
+    handover_ms: list[float] = Field(default_factory=list)
+    reference_save_ms: list[float] = Field(default_factory=list)
+    handover_slack_ms: float | None = None
+    # The judge's figures for each checked output (`trial` is its call index), graded like a trial's.
+    calls: list[TrialFigures] = Field(default_factory=list)
 
 
 class KernelTrace(BaseModel):
@@ -127,7 +142,8 @@ class KernelTrace(BaseModel):
 
 
 class TimingEnvelope(BaseModel):
-    """The parent's own clock around the candidate's timing phase, and what it implies per call."""
+    """The parent's own clock around the candidate's timing phase, and what it implies per call: results stored
+    before the parent timed every window carry it (it is no longer graded: windows replaced it)."""
 
     wall_ms: float  # from sending the timed inputs' seed to receiving the candidate's timing report
     calls: int

@@ -67,7 +67,7 @@ def import_psycopg():
 def settings(tmp_path_factory) -> Settings:
     """A private data dir (build cache, job logs) and quick CPU timing for the whole session."""
     root = tmp_path_factory.mktemp("harness-data")
-    return Settings(data_dir=root, scratch_dir=root / "scratch", timed_calls_cpu=3, warmup_calls=1,
+    return Settings(data_dir=root, scratch_dir=root / "scratch", timing_windows_cpu=3, window_ms_cpu=20.0,
                     correctness_trials=5, kill_grace_s=2.0)
 
 

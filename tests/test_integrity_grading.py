@@ -15,6 +15,7 @@ from harness.schema import (
     Observations,
     OutputFigures,
     SpeedOfLight,
+    TimedOutputCheck,
     TimingEnvelope,
     TimingStats,
     Tolerance,
@@ -44,29 +45,66 @@ def _checks(obs: Observations) -> tuple[Verdict, list[str]]:
     return g.verdict, [f.check for f in g.flags]
 
 
-def test_envelope_flags_a_report_its_own_clock_contradicts_and_passes_an_honest_one():
-    env = TimingEnvelope(wall_ms=100 * 3.0 + 120 * 0.3, calls=100, overhead_calls=20, loop_ms=0.3)
-    assert abs(env.implied_ms() - 3.0) < 1e-9
-    assert _checks(_passing(candidate_timing=_timing(0.001), envelope=env)) == (Verdict.flagged, ["timing_envelope"])
-    assert _checks(_passing(candidate_timing=_timing(0.2), envelope=env)) == (Verdict.flagged, ["timing_envelope"])
-    assert _checks(_passing(candidate_timing=_timing(2.9), envelope=env))[0] == Verdict.passed
-    # A 3x discrepancy is within what a busy host's wall clock can add: not evidence (see ENVELOPE_FACTOR).
-    assert _checks(_passing(candidate_timing=_timing(1.0), envelope=env))[0] == Verdict.passed
-    # Without the trusted side's calibration (the reference was not timed) nothing can be said.
-    uncalibrated = env.model_copy(update={"loop_ms": None})
-    assert _checks(_passing(candidate_timing=_timing(0.001), envelope=uncalibrated))[0] == Verdict.passed
+def _window_timing(median: float, spread: float = 0.01) -> TimingStats:
+    return TimingStats(clock="parent_window", n=15, median_ms=median, raw_median_ms=median + 0.05, mean_ms=median,
+                       min_ms=median, max_ms=median, std_ms=0.0, calls_per_window=10, spread=spread)
 
 
-def test_envelope_lets_an_honest_fast_kernel_through_a_hiccup_of_the_host():
-    # 100 calls of 0.05 ms in a 0.3 ms loop, and 150 ms of the host doing something else meanwhile.
-    env = TimingEnvelope(wall_ms=100 * 0.05 + 120 * 0.3 + 150, calls=100, overhead_calls=20, loop_ms=0.3)
-    assert _checks(_passing(candidate_timing=_timing(0.05), envelope=env))[0] == Verdict.passed
+def _handed_over(got: float, n: int = 2) -> TimedOutputCheck:
+    """n timed outputs judged by the trusted side, each with its largest difference `got`."""
+    fig = OutputFigures(index=0, got_type="Tensor", got_shape=[4], got_dtype="float32", expected_shape=[4],
+                        expected_dtype="float32", nonfinite_mismatches=0, numel=4, max_abs_err=got, max_rel_err=got,
+                        worst_index=[1], worst_got=got, worst_expected=0.0)
+    return TimedOutputCheck(reported=n, expected=n, checked=list(range(n)), handover_slack_ms=3.0,
+                            handover_ms=[5.0] * (n // 2), reference_save_ms=[4.5] * (n // 2),
+                            calls=[TrialFigures(trial=i, inputs="timed window", outputs=[fig]) for i in range(n)])
 
 
-def test_envelope_flags_a_report_of_fewer_calls_than_asked():
-    env = TimingEnvelope(wall_ms=400, calls=100, overhead_calls=20, loop_ms=0.3)
-    verdict = _checks(_passing(candidate_timing=_timing(3.0, n=10), envelope=env))
-    assert verdict == (Verdict.flagged, ["timing_envelope"])
+def test_a_timed_output_beyond_the_tolerance_is_flagged_and_one_within_it_passes():
+    wrong = _passing(candidate_timing=_window_timing(1.0), timed_outputs=_handed_over(3e-3))
+    assert _checks(wrong) == (Verdict.flagged, ["timed_outputs"])
+    assert "timed call" in grade(wrong, TOL).log_excerpt
+    assert _checks(_passing(candidate_timing=_window_timing(1.0), timed_outputs=_handed_over(5e-5)))[0] == \
+        Verdict.passed
+
+
+def test_a_missing_or_unreadable_handed_over_output_is_flagged():
+    missing = _handed_over(0.0).model_copy(update={"reported": 1})
+    assert _checks(_passing(candidate_timing=_window_timing(1.0), timed_outputs=missing)) == \
+        (Verdict.flagged, ["timed_outputs"])
+    fifo = _handed_over(0.0)
+    fifo.calls[0] = TrialFigures(trial=0, inputs="timed window", structure_error="handover_0_1.pt is not a regular file")
+    g = grade(_passing(candidate_timing=_window_timing(1.0), timed_outputs=fifo), TOL)
+    assert g.verdict == Verdict.flagged and "not a regular file" in g.log_excerpt
+
+
+def test_a_handover_that_computes_is_flagged_and_one_that_only_saves_passes():
+    # Credited 0.01 ms per call, yet handing over 2 outputs took 40 ms more than saving them: computed when asked.
+    lazy = _handed_over(0.0).model_copy(update={"handover_ms": [45.0, 44.0, 46.0], "reference_save_ms": [5.0] * 3,
+                                               "expected": 6, "reported": 6})
+    assert _checks(_passing(candidate_timing=_window_timing(0.01), timed_outputs=lazy)) == \
+        (Verdict.flagged, ["handover_time"])
+    # An honest 30 ms kernel: half its credited time for each pick is allowed on top of the save (host noise).
+    honest = lazy.model_copy(update={"handover_ms": [25.0, 24.0, 26.0]})
+    assert _checks(_passing(candidate_timing=_window_timing(30.0), timed_outputs=honest))[0] == Verdict.passed
+    within_slack = lazy.model_copy(update={"handover_ms": [7.0, 7.5, 6.0]})
+    assert _checks(_passing(candidate_timing=_window_timing(0.01), timed_outputs=within_slack))[0] == Verdict.passed
+
+
+def test_noisy_windows_pass_unranked_as_timing_unreliable():
+    g = grade(_passing(candidate_timing=_window_timing(1.0, spread=0.4), eager_timing=_window_timing(1.0)), TOL)
+    assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["timing_unreliable"]
+    assert "candidate 40.0%" in g.flags[0].detail
+    steady = grade(_passing(candidate_timing=_window_timing(1.0), eager_timing=_window_timing(1.0)), TOL)
+    assert steady.verdict == Verdict.passed and steady.flags == []
+
+
+def test_results_timed_in_process_before_windows_still_grade():
+    legacy = TimedOutputCheck(reported=100, expected=100, checked=[3], mismatches=["timed call 3: sum differs"])
+    assert _checks(_passing(candidate_timing=_timing(1.0), timed_outputs=legacy)) == (Verdict.flagged,
+                                                                                      ["timed_outputs"])
+    stored = _passing(candidate_timing=_timing(1.0), envelope=TimingEnvelope(wall_ms=1.0, calls=100, overhead_calls=20))
+    assert _checks(stored)[0] == Verdict.passed
 
 
 def test_speed_of_light_flags_the_impossible_and_passes_a_kernel_at_the_floor():
@@ -76,12 +114,15 @@ def test_speed_of_light_flags_the_impossible_and_passes_a_kernel_at_the_floor():
     assert _checks(_passing(candidate_timing=_timing(0.05), speed_of_light=sol)) == (Verdict.flagged,
                                                                                       ["speed_of_light"])
     assert _checks(_passing(candidate_timing=_timing(0.17), speed_of_light=sol))[0] == Verdict.passed
-    # A tiny honest kernel whose median is ~0 once the empty-call overhead is taken off: judged on its raw median.
+    # In-process results (stored before parent-clock windows): a tiny kernel's ~0 net median is judged raw.
     tiny = SpeedOfLight(flops=2e6, min_bytes=1e6, flops_per_s=800e12, bytes_per_s=3e12)  # floor 0.33 us
     zeroed = _timing(0.0).model_copy(update={"raw_median_ms": 0.021})
     assert _checks(_passing(candidate_timing=zeroed, speed_of_light=tiny))[0] == Verdict.passed
     no_op = _timing(0.0).model_copy(update={"raw_median_ms": 0.021})
     assert _checks(_passing(candidate_timing=no_op, speed_of_light=sol)) == (Verdict.flagged, ["speed_of_light"])
+    # Parent-clock windows: the net median is what counts; the raw one carries the window's own cost per call.
+    window = _window_timing(0.05).model_copy(update={"raw_median_ms": 0.3})
+    assert _checks(_passing(candidate_timing=window, speed_of_light=sol)) == (Verdict.flagged, ["speed_of_light"])
 
 
 def test_more_than_ten_times_torch_compile_is_held_for_review():

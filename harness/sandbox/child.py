@@ -1,7 +1,10 @@
 """The candidate's process: `python -m harness.sandbox.child --channel-fd N --request FILE`.
 
-The only module that imports a submission. It records raw figures and saves outputs for the
-trusted judge; it decides nothing. Everything it reports is a claim the parent checks.
+The only module that imports a submission. It answers the parent's commands (protocol.py): construct,
+trials (outputs saved for the trusted judge), timed windows (the parent's clock times them), hand-overs
+of the outputs the parent picks, the kernel trace. The submission owns this process and can change any of
+this code, so it decides nothing: what it reports is at most a claim against itself (an output that
+changed after the call, a flag switched), and its outputs are judged in the trusted process.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import time
@@ -20,7 +24,22 @@ from typing import Any
 import torch
 
 from harness.sandbox import problem_module, timing, torchflags
-from harness.sandbox.protocol import CandidateRequest, Channel, ConstructCommand, TimeCommand, WarmupCommand
+from harness.sandbox.protocol import (
+    DETERMINISM_FILE,
+    INIT_FILE,
+    REPLIES,
+    CandidateCommand,
+    CandidateRequest,
+    Channel,
+    Construct,
+    Handover,
+    RunTrials,
+    Trace,
+    Window,
+    handover_file,
+    inputs_file,
+    output_file,
+)
 from harness.verdicts import Phase
 
 
@@ -89,11 +108,11 @@ def poison_allocator(device: torch.device, inputs: list[Any]) -> None:
     del blocks
 
 
-def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device, chan: Channel,
-                 trial: int | None) -> Any:
+def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device) -> tuple[Any, bool, list[int]]:
     """One correctness call, watched: allocator poisoned before it; the inputs compared with a copy
     after it; the output snapshotted in stream order right after it returns and compared again
-    after a device-wide sync and a pause, so work left running on another stream or thread shows."""
+    after a device-wide sync and a pause, so work left running on another stream or thread shows.
+    Returns the output, whether it changed after the return, and which inputs changed."""
     poison_allocator(device, inputs)
     before = [t.clone() for t in _tensors(inputs)]
     out = model(*inputs)
@@ -102,12 +121,9 @@ def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device
     time.sleep(0.02)  # a deferred writer on another thread gets its chance to show itself
     problem_module.synchronize(device)
     after = _tensors(out)
-    if len(snapshot) != len(after) or not all(_same(a, b) for a, b in zip(snapshot, after, strict=True)):
-        chan.send("output_changed", trial=trial)
+    changed = len(snapshot) != len(after) or not all(_same(a, b) for a, b in zip(snapshot, after, strict=True))
     mutated = [k for k, (a, b) in enumerate(zip(before, _tensors(inputs), strict=True)) if not _same(a, b)]
-    if mutated:
-        chan.send("inputs_mutated", trial=trial, inputs=mutated)
-    return out
+    return out, changed, mutated
 
 
 def kernels_of_one_call(model: torch.nn.Module, inputs: list[Any]) -> list[str]:
@@ -122,99 +138,118 @@ def kernels_of_one_call(model: torch.nn.Module, inputs: list[Any]) -> list[str]:
     return sorted(names)[:500]
 
 
-def run(req: CandidateRequest, chan: Channel) -> None:
-    device = torch.device(req.device)
-    phase = Phase.compile
-    flags = torchflags.snapshot()
+class _Session:
+    """The candidate's side of an evaluation, one method per command. Replies carry the command's nonce."""
 
-    def check_flags(when: str) -> None:
-        nonlocal flags
+    def __init__(self, req: CandidateRequest, chan: Channel, module: Any, flags_before_import: dict[str, Any]):
+        self.req, self.chan, self.module = req, chan, module
+        self.device = torch.device(req.device)
+        self.flags = flags_before_import
+        self.flag_changes: list[dict[str, Any]] = []
+        self.model: torch.nn.Module | None = None
+        self.problem: Any = None
+        self.flush: torch.Tensor | None = None
+        self.kept: list[Any] = []
+        self.last_inputs: list[Any] = []
+
+    def check_flags(self, when: str) -> None:
         now = torchflags.snapshot()
-        for name, before, after in torchflags.changes(flags, now):
-            chan.send("flag_change", name=name, before=before, after=after, when=when)
-        flags = now
+        self.flag_changes += [{"name": n, "before": b, "after": a, "when": when}
+                              for n, b, a in torchflags.changes(self.flags, now)]
+        self.flags = now
 
-    try:
-        chan.send("started", pid=os.getpid())
-        t0 = time.perf_counter()
-        module = import_submission(req.submission_path)
-        chan.send("imported", seconds=time.perf_counter() - t0)
-        check_flags("import")
-        # The import ran while the trusted side prepared the problem; the exchange dir is complete once the
-        # parent says so. Anything else on stdin (or its end: the parent stopped this evaluation) ends here.
-        line = sys.stdin.readline()
-        if not line.strip().startswith("{"):
-            return
-        trials = ConstructCommand.model_validate_json(line).trials
-        model_cls = getattr(module, "ModelNew", None)
+    def construct(self, cmd: Construct) -> dict[str, Any] | None:
+        model_cls = getattr(self.module, "ModelNew", None)
         if not isinstance(model_cls, type):
-            chan.send("invalid", message="the module defines no class ModelNew after import")
-            return
-        init = torch.load(req.exchange_dir / "init.pt", weights_only=True)
+            self.chan.send("invalid", nonce=cmd.nonce, message="the module defines no class ModelNew after import")
+            return None
+        init = torch.load(self.req.exchange_dir / INIT_FILE, weights_only=True)
         try:
             inspect.signature(model_cls).bind(*init["init_args"])
         except TypeError as e:
-            chan.send("invalid", message=f"ModelNew cannot be constructed with the problem's "
-                                         f"{len(init['init_args'])} init arguments: {e}")
-            return
+            self.chan.send("invalid", nonce=cmd.nonce, message=f"ModelNew cannot be constructed with the problem's "
+                                                               f"{len(init['init_args'])} init arguments: {e}")
+            return None
         except ValueError:
             pass  # no introspectable signature: let the call decide
-        torch.manual_seed(req.param_seed)
+        torch.manual_seed(self.req.param_seed)
         model = model_cls(*init["init_args"])
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModelNew is not a torch.nn.Module (got {type(model).__name__})")
         state = copy_matching_state(model, init["state_dict"])
-        model = model.to(device)
-        check_flags("construct")
-        chan.send("constructed", state_dict=state, seconds=time.perf_counter() - t0)
+        self.model = model.to(self.device)
+        self.check_flags("construct")
+        self.problem = problem_module.load_problem(self.req.problem)
+        self.flush = timing.l2_flush_buffer(self.device)
+        return {"state_dict": state, "flag_changes": self.flag_changes}
 
-        phase = Phase.correctness
-        problem = problem_module.load_problem(req.problem)  # for timing: loaded before the envelope opens
-        req.outputs_dir.mkdir(parents=True, exist_ok=True)
+    def trials(self, cmd: RunTrials) -> dict[str, Any]:
+        assert self.model is not None
+        out_dir = self.req.outputs_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        changed: list[int | None] = []
+        mutated: list[tuple[int | None, list[int]]] = []
         with torch.no_grad():
-            for i in range(trials):
+            for i in [*range(cmd.trials), None]:  # then trial 0's inputs again: a racy read shows as a difference
                 inputs = problem_module.to_device(
-                    torch.load(req.exchange_dir / f"inputs_{i}.pt", weights_only=True), device)
-                out = checked_call(model, inputs, device, chan, trial=i)
-                torch.save(_saveable(out), req.outputs_dir / f"out_{i}.pt")
-                chan.send("trial", trial=i)
-            # The same inputs again: an uninitialised or racy read shows up as a difference.
-            inputs = problem_module.to_device(torch.load(req.exchange_dir / "inputs_0.pt", weights_only=True), device)
-            out = checked_call(model, inputs, device, chan, trial=None)
-            torch.save(_saveable(out), req.outputs_dir / "det.pt")
-            del out
-        check_flags("run")
-        # The parent has the outputs judged before it lets a candidate spend time on timing; the
-        # seed of the timed inputs comes only with its go-ahead.
-        chan.send("trials_done")
-        command = sys.stdin.readline().strip()
-        if command.startswith("{") and req.timing is not None:
-            cfg = req.timing
-            warm = WarmupCommand.model_validate_json(command)
-            phase = Phase.timing
-            timing.warm_up(model, lambda i: problem_module.seeded_inputs(problem, warm.seed + i, device), device,
-                           cfg.warmup)
-            chan.send("warmed")
-            go = TimeCommand.model_validate_json(sys.stdin.readline())
-            chan.send("timing_started")
+                    torch.load(self.req.exchange_dir / inputs_file(i or 0), weights_only=True), self.device)
+                out, out_changed, inputs_changed = checked_call(self.model, inputs, self.device)
+                if out_changed:
+                    changed.append(i)
+                if inputs_changed:
+                    mutated.append((i, inputs_changed))
+                torch.save(_saveable(out), out_dir / (output_file(i) if i is not None else DETERMINISM_FILE))
+                self.last_inputs = inputs
+                del out
+        self.check_flags("run")
+        return {"outputs_changed": changed, "inputs_mutated": mutated, "flag_changes": self.flag_changes}
 
-            def make_inputs(i: int) -> list[Any]:
-                return problem_module.seeded_inputs(problem, go.seed + i, device)
+    def window(self, cmd: Window) -> dict[str, Any]:
+        assert self.model is not None
+        self.kept = []
+        timing.run_window(self.model, self.problem, cmd.seeds, self.device, self.flush if cmd.flush_l2 else None,
+                          self.kept)
+        return {}
 
-            prints: list[Any] = []
-            stats = timing.time_calls(model, make_inputs, device, calls=cfg.calls, flush_l2=cfg.flush_l2,
-                                      fingerprints=prints)
-            chan.send("timing", **stats)
-            chan.send("timed_outputs", fingerprints=prints)
-        if command.startswith("{") and device.type == "cuda":
-            # Which kernels one forward launches, profiled last: CUPTI may leave a per-launch cost behind,
-            # which must not land in the timing (and only a candidate judged correct gets this far).
-            try:
-                with torch.no_grad():
-                    chan.send("kernels", names=kernels_of_one_call(model, inputs))
-            except Exception as e:  # no CUPTI: the check is skipped, not failed
-                chan.send("kernels", names=None, error=f"{type(e).__name__}: {e}"[:500])
-        chan.send("done")
+    def handover(self, cmd: Handover) -> dict[str, Any]:
+        for j in cmd.picks:
+            torch.save(_saveable(self.kept[j]), self.req.outputs_dir / handover_file(cmd.window, j))
+        return {}
+
+    def trace(self, cmd: Trace) -> dict[str, Any]:
+        assert self.model is not None
+        self.kept = []
+        try:  # CUPTI may leave a per-launch cost behind: traced after every timed window
+            with torch.no_grad():
+                return {"names": kernels_of_one_call(self.model, self.last_inputs)}
+        except Exception as e:  # no CUPTI: the check is skipped, not failed
+            return {"names": None, "error": f"{type(e).__name__}: {e}"[:500]}
+
+
+_COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "trials": RunTrials, "window": Window,
+                                                "handover": Handover, "trace": Trace}
+
+
+def run(req: CandidateRequest, chan: Channel) -> None:
+    """Import the submission, say so, then answer the parent's commands until it says exit (or stdin ends)."""
+    phase = Phase.compile
+    try:
+        t0 = time.perf_counter()
+        flags = torchflags.snapshot()
+        module = import_submission(req.submission_path)
+        session = _Session(req, chan, module, flags)
+        session.check_flags("import")
+        chan.send("imported", seconds=time.perf_counter() - t0, flag_changes=session.flag_changes)
+        for line in sys.stdin:
+            if not line.strip().startswith("{"):
+                return  # "exit", or the parent stopped this evaluation
+            raw = json.loads(line)
+            cmd = _COMMANDS[raw["cmd"]].model_validate(raw)
+            phase = {"construct": Phase.compile, "trials": Phase.correctness}.get(cmd.cmd, Phase.timing)
+            reply = getattr(session, cmd.cmd)(cmd)
+            if reply is None:
+                return
+            chan.send(REPLIES[cmd.cmd], nonce=cmd.nonce, **reply)
     except BaseException as e:  # SystemExit and KeyboardInterrupt from submission code included
         message = str(e) if not isinstance(e, SystemExit) else f"the submission called sys.exit({e.code!r})"
         chan.send("error", phase=phase.value, exc_type=type(e).__name__, message=message[:20000],

@@ -43,10 +43,14 @@ def to_device(obj: Any, device: torch.device) -> Any:
 
 
 def seeded_inputs(module: ModuleType, seed: int, device: torch.device) -> list[Any]:
-    """get_inputs() under a seed, made on `device` directly (no host round trip for timing)."""
-    torch.manual_seed(seed)
-    with device:
-        inputs = list(module.get_inputs())
+    """get_inputs() under a seed, made on `device` directly (no host round trip inside a timed window).
+
+    The global generators are seeded only inside a forked RNG state and restored after, so neither the RNG
+    state nor `torch.initial_seed()` tells code that runs later which seed made the inputs."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        with device:
+            inputs = list(module.get_inputs())
     return to_device(inputs, device)
 
 

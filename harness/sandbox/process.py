@@ -171,6 +171,17 @@ class ChildProcess:
             raise ChildExited("the child closed its channel")
         return item
 
+    def drain(self) -> list[Message]:
+        """The messages received and not yet taken (call once the child has exited and its reader is joined)."""
+        left = []
+        while True:
+            try:
+                item = self._messages.get_nowait()
+            except queue.Empty:
+                return left
+            if item is not _EOF:
+                left.append(item)
+
     def kill(self) -> None:
         """SIGTERM the whole process group, wait the grace period, then SIGKILL it."""
         if self.proc.poll() is None:

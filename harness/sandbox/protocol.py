@@ -1,19 +1,41 @@
-"""Messages between the parent and its two kinds of child. No torch here: the parent imports this.
+"""What the parent and its two kinds of child say to each other, and the files they exchange. No torch here.
 
-Children answer with JSON lines on a pipe the parent made (`Channel`); what a candidate's process
-says is a claim, checked by the parent and the trusted judge, never taken as a verdict.
+Commands go to a child as JSON lines on its stdin; children answer with JSON lines on a pipe the parent
+made (`Channel`). The candidate's process is driven command by command: every command carries a fresh
+nonce, and the only message the parent takes from the candidate is the reply its command names, carrying
+that nonce (or an `error`). The candidate can write anything to its channel; a message that is not the
+awaited reply is a protocol violation, and nothing it says is a figure the parent believes: times are the
+parent's own clock, outputs are judged by the trusted side.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 MAX_MESSAGE_BYTES = 1 << 20
+
+# The exchange: the trusted side writes the init file and the trials' inputs into the exchange dir (the
+# candidate reads them); the candidate writes its outputs into its own outputs dir (the trusted side reads them).
+INIT_FILE = "init.pt"
+DETERMINISM_FILE = "det.pt"
+
+
+def inputs_file(trial: int) -> str:
+    return f"inputs_{trial}.pt"
+
+
+def output_file(trial: int) -> str:
+    return f"out_{trial}.pt"
+
+
+def handover_file(window: int, call: int) -> str:
+    return f"handover_{window}_{call}.pt"
 
 
 class ProblemLoad(BaseModel):
@@ -23,28 +45,7 @@ class ProblemLoad(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
 
 
-class TimingConfig(BaseModel):
-    warmup: int = 5
-    calls: int = 100
-    flush_l2: bool = True
-
-
-class WarmupCommand(BaseModel):
-    """The parent's go-ahead for a candidate whose trials were judged correct: warm up on inputs from
-    this seed (unrelated to the timed inputs' seed), then say "warmed"."""
-
-    cmd: Literal["warmup"] = "warmup"
-    seed: int
-
-
-class TimeCommand(BaseModel):
-    """Time now. The seed of the timed inputs travels only here, after the warm-up: a submission cannot
-    prepare answers for inputs it cannot know before, and whatever it does once it knows them is
-    inside the parent's envelope, which opens when this command is sent."""
-
-    cmd: Literal["time"] = "time"
-    seed: int  # inputs of timed call i come from get_inputs() under seed + i
-
+# --- the trusted child ---------------------------------------------------------------------------------
 
 class PrepareCommand(BaseModel):
     cmd: Literal["prepare"] = "prepare"
@@ -64,39 +65,86 @@ class JudgeCommand(BaseModel):
     rtol: float
 
 
-class TimeReferenceCommand(BaseModel):
-    cmd: Literal["time_reference"] = "time_reference"
-    timing: TimingConfig
-    seed: int
-    compile_baseline: bool
+class ReferenceWindowCommand(BaseModel):
+    """Run one window of the reference (eager or torch.compile), or of a call that does nothing (empty): the
+    fixed cost of a window, subtracted from every kind's. `warm` windows are not timed."""
+
+    cmd: Literal["window"] = "window"
+    kind: Literal["eager", "compile", "empty"]
+    seeds: list[int]
+    flush_l2: bool = True
 
 
-class CheckTimedCommand(BaseModel):
-    """Recompute the reference on the inputs of some timed calls and compare output fingerprints."""
+class CheckHandoverCommand(BaseModel):
+    """Compare the candidate's handed-over outputs with the reference on the same seeds, element by element,
+    and time saving outputs of the same sizes (what an honest hand-over costs)."""
 
-    cmd: Literal["check_timed"] = "check_timed"
-    timing_seed: int
-    indices: list[int]
-    fingerprints: list[Any]  # the candidate's, one per index
+    cmd: Literal["check_handover"] = "check_handover"
+    files: list[Path]
+    seeds: list[int]
     atol: float
     rtol: float
+    save_dir: Path
 
+
+# --- the candidate's process ---------------------------------------------------------------------------
 
 class CandidateRequest(BaseModel):
     submission_path: Path
     problem: ProblemLoad
     device: Literal["cpu", "cuda"]
     param_seed: int
-    exchange_dir: Path  # init.pt (init args + reference state dict) and inputs_<i>.pt, from the trusted side
+    exchange_dir: Path  # INIT_FILE and inputs_file(i), from the trusted side
     outputs_dir: Path
-    timing: TimingConfig | None
 
 
-class ConstructCommand(BaseModel):
-    """After 'imported': the trusted side has written the exchange dir; construct the model and run the trials."""
+def nonce() -> str:
+    return secrets.token_hex(8)
+
+
+class CandidateCommand(BaseModel):
+    cmd: str
+    nonce: str = Field(default_factory=nonce)
+
+
+class Construct(CandidateCommand):
+    """After 'imported': the exchange dir is complete; construct ModelNew and copy the reference's state."""
 
     cmd: Literal["construct"] = "construct"
+
+
+class RunTrials(CandidateCommand):
+    """Run forward on each trial's inputs (then trial 0's again), saving the outputs for the judge."""
+
+    cmd: Literal["trials"] = "trials"
     trials: int
+
+
+class Window(CandidateCommand):
+    """Make each call's inputs from its seed, flush the L2, call, wait for the device; keep the outputs until the
+    next window. `warm` windows warm up (their outputs are never asked for)."""
+
+    cmd: Literal["window"] = "window"
+    seeds: list[int]
+    flush_l2: bool = True
+
+
+class Handover(CandidateCommand):
+    """Save the outputs of the last window's calls `picks`, as kept, to handover_file(window, call)."""
+
+    cmd: Literal["handover"] = "handover"
+    window: int
+    picks: list[int]
+
+
+class Trace(CandidateCommand):
+    """The names of the GPU kernels one forward launches (the profiler), on the last trial's inputs."""
+
+    cmd: Literal["trace"] = "trace"
+
+
+REPLIES = {"construct": "constructed", "trials": "trials_done", "window": "window_done", "handover": "handed_over",
+           "trace": "traced"}
 
 
 class Channel:

@@ -2,13 +2,14 @@
 
 Two children per evaluation, each started fresh with `python -m`, in its own process group and
 temp dir, with a scrubbed environment:
-  trusted  builds the reference, draws inputs from a secret seed, keeps the expected outputs,
-           judges the candidate's saved outputs and times the reference;
-  child    imports the submission (compiling its load_inline code), runs the trials, times itself.
-The two start side by side when the device is known in advance (a worker's slot): the child imports
-while the trusted side starts and prepares, and constructs the model only when the parent says the
-parameters and inputs are written. The parent owns every deadline, kills whole process groups, and
-grades from the figures.
+  trusted  builds the reference, draws inputs from a secret seed, keeps the expected outputs, judges
+           the candidate's outputs, and runs the reference's timed windows;
+  child    imports the submission (compiling its load_inline code) and answers commands: construct,
+           trials, timed windows, hand-overs of outputs, the kernel trace.
+The submission owns the candidate's process, so every figure that ranks is the parent's: the time of a
+window is the parent's clock from sending its seeds to the reply, and the outputs of timed calls are
+picked after each window and judged element by element in the trusted process. `_evaluate_source` is the
+whole sequence of phases and gates, top-down.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import random
 import secrets
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,30 +29,29 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness import artifacts, grading, kernels, static_checks
+from harness import artifacts, grading, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
-from harness.sandbox import capabilities, limits
-from harness.sandbox.process import ChildExited, ChildProcess, Deadline, describe_returncode, scrubbed_env
+from harness.sandbox import capabilities, limits, windows
+from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
+from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 from harness.sandbox.protocol import (
     CandidateRequest,
-    CheckTimedCommand,
-    ConstructCommand,
+    CheckHandoverCommand,
+    Construct,
+    Handover,
     JudgeCommand,
     PrepareCommand,
     ProblemLoad,
-    TimeCommand,
-    TimeReferenceCommand,
-    TimingConfig,
-    WarmupCommand,
+    ReferenceWindowCommand,
+    RunTrials,
+    Trace,
+    Window,
+    handover_file,
 )
 from harness.schema import (
-    ChildError,
-    ChildExit,
     DeterminismFigures,
     EvalResult,
-    FlagChange,
-    KernelTrace,
     Observations,
     ProblemRef,
     Provenance,
@@ -60,8 +59,6 @@ from harness.schema import (
     StateDictCopy,
     StaticFinding,
     TimedOutputCheck,
-    TimingEnvelope,
-    TimingStats,
     Tolerance,
     TrialFigures,
 )
@@ -71,7 +68,12 @@ from harness.verdicts import Phase
 log = logging.getLogger("harness.runner")
 
 _PROBE_TIMEOUT_S = 120.0
-_TIMED_CHECKS = 10  # timed calls whose outputs are re-checked, chosen at random after the calls
+# Deadlines of the candidate's commands, from the reference's own time per call: a hang costs seconds, not the
+# problem's whole run limit (which stays the ceiling). The floors leave room for lazy first-call work (CUDA
+# context, cuBLAS handles, a Triton kernel's JIT) on the slowest host.
+_CORRECTNESS_FLOOR_S = 30.0
+_WINDOW_FLOOR_S = 10.0
+_HEADROOM = 50.0  # times the reference's time per call
 
 
 class _Phases:
@@ -96,8 +98,7 @@ class EvalOptions:
     trials: int | None = None
     timing: bool = True
     compile_baseline: str | None = None  # auto | on | off; settings' when None
-    warmup: int | None = None
-    timed_calls: int | None = None
+    windows: int | None = None  # timed windows of each kind; the settings' for the device when None
     compile_timeout_s: float | None = None  # the problem's own when None
     run_timeout_s: float | None = None
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
@@ -105,83 +106,6 @@ class EvalOptions:
     # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
     # instead of after its probe (and starts again after it, if the trusted child finds something else).
     target: Provenance | None = None
-
-
-class _Protocol:
-    """The order the candidate's process must speak in. Its messages are claims; one out of order (a
-    second timing report, a trial after trials_done, timing never asked for) is a sign that submission
-    code wrote to the channel, and ends the evaluation as a protocol violation."""
-
-    _ONCE = {"started", "imported", "constructed", "kernels", "trials_done", "warmed", "timing_started", "timing",
-             "timed_outputs", "done", "invalid", "error"}
-    _NEEDS = {"imported": "started", "constructed": "imported", "invalid": "imported", "trial": "constructed",
-              "output_changed": "constructed", "inputs_mutated": "constructed", "kernels": "warmup_sent",
-              "trials_done": "constructed", "warmed": "warmup_sent", "timing_started": "time_sent",
-              "timing": "timing_started", "timed_outputs": "timing", "done": "trials_done"}
-    _BEFORE_TRIALS_DONE = {"trial", "output_changed", "inputs_mutated"}
-    _KNOWN = _ONCE | set(_NEEDS) | {"flag_change"}
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self.trials = 0
-
-    def check(self, event: str, fields: dict[str, Any]) -> str | None:
-        if event not in self._KNOWN:
-            return f"unknown message {event!r}"
-        if event in self._ONCE and event in self.seen:
-            return f"a second {event!r} message"
-        need = self._NEEDS.get(event)
-        if need is not None and need not in self.seen:
-            return f"{event!r} before {need!r}"
-        if event in self._BEFORE_TRIALS_DONE and "trials_done" in self.seen:
-            return f"{event!r} after 'trials_done'"
-        if event == "trial":
-            if fields.get("trial") != self.trials:
-                return f"trial {fields.get('trial')!r} reported where trial {self.trials} was due"
-            self.trials += 1
-        self.seen.add(event)
-        return None
-
-
-class _TrustedFailed(Exception):
-    pass
-
-
-class _Trusted:
-    """The parent's handle on the trusted child."""
-
-    def __init__(self, proc: ChildProcess, timeout_s: float):
-        self.proc = proc
-        self.timeout_s = timeout_s
-        self.pending: tuple[str | None, float, float] = (None, 0.0, 0.0)  # command, deadline, limit
-
-    def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
-        self.send(command, timeout_s)
-        return self.wait(reply)
-
-    def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
-        """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""
-        limit = timeout_s or self.timeout_s
-        self.pending = (command.get("cmd"), time.monotonic() + limit, limit)
-        self.proc.send(command)
-
-    def wait(self, reply: str) -> dict[str, Any]:
-        """The answer to the command last sent."""
-        cmd, deadline, limit = self.pending
-        try:
-            while True:
-                msg = self.proc.next_message(deadline)
-                if msg.event == reply:
-                    return msg.fields
-                if msg.event == "failed":
-                    raise _TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))
-        except Deadline:
-            raise _TrustedFailed(f"no answer to {cmd!r} within {limit:g} s") from None
-        except ChildExited:
-            code = self.proc.wait_exit(5)
-            raise _TrustedFailed(
-                f"the trusted process ended (code {code}) during {cmd!r}:\n{self.proc.log_tail()}"
-            ) from None
 
 
 def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
@@ -231,149 +155,268 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
 
 def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
                      tolerance: Tolerance, obs: Observations, job: Path) -> tuple[Provenance | None, str]:
-    """Run both children; fill `obs`. Returns the provenance and the size actually used.
+    """Run both children through the phases; fill `obs`. Returns the provenance and the size actually used.
 
     The candidate's process starts as soon as its target (device, arch, versions: what its build dir is keyed
     by) is known: at once when the caller gives it (`options.target`, a worker's probed slot), else right after
-    the trusted child's probe. Its interpreter, torch and the submission's import then run while the trusted
-    child starts and prepares the problem; it constructs the model only once told to, after the trusted side
-    has written the parameters and inputs and the constructor check has passed.
+    the trusted child's probe. It imports while the trusted child prepares the problem, and constructs the model
+    only once the parameters and inputs are written and the constructor check has passed.
     """
-    rng = secrets.SystemRandom()
-    seed = options.seed if options.seed is not None else rng.randrange(1 << 62)
-    param_seed, input_seed, timing_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62), (seed * 104729) % (1 << 61)
-    trials = options.trials or settings.correctness_trials
-    size = options.size
-    provenance: Provenance | None = None
-    phases = _Phases(obs)
-    candidate: _Candidate | None = None
-    with artifacts.scratch_dir(settings) as work:
-        trusted_home = work / "trusted"
-        cand_home = work / "candidate"
-        exchange = work / "exchange"
-        for d in (trusted_home, cand_home, exchange):
-            d.mkdir(mode=0o700)
-
-        def resolve(device: str) -> tuple[str, ProblemLoad, TimingConfig | None]:
-            chosen = size if size != "auto" else ("small" if device == "cpu" and "small" in spec.sizes else "default")
-            timing_cfg = None
-            if options.timing:
-                timing_cfg = TimingConfig(
-                    warmup=options.warmup if options.warmup is not None else settings.warmup_calls,
-                    calls=options.timed_calls or (settings.timed_calls_cuda if device == "cuda"
-                                                  else settings.timed_calls_cpu),
-                )
-            return chosen, ProblemLoad(path=spec.source_path, overrides=spec.size(chosen).overrides), timing_cfg
-
-        def start_candidate(target: Provenance) -> _Candidate:
-            _size, load, timing_cfg = resolve(target.device)
-            return _Candidate(spec, source, options, settings, target, load, param_seed, timing_cfg, exchange,
-                              cand_home, job)
-
-        early = options.target is not None and options.device in ("auto", options.target.device)
-        trusted_env = scrubbed_env({**trusted_cache_env(settings), **options.extra_env}, trusted_home)
-        proc = ChildProcess("harness.sandbox.trusted", [], cwd=trusted_home, env=trusted_env,
-                            log_path=job / "trusted.log",
-                            kill_grace_s=settings.kill_grace_s, jail=limits.jail(settings, untrusted=False))
-        trusted = _Trusted(proc, settings.reference_timeout_s)
+    ev = _Evaluation(spec, source, options, settings, tolerance, obs, job)
+    with artifacts.scratch_dir(settings) as work, ev.open(work):
         try:
-            if early:
-                assert options.target is not None
-                candidate = start_candidate(options.target)
-            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
-            phases.end("reference_start")
-            probed = trusted.call({"cmd": "probe", "device": options.device}, "probed", _PROBE_TIMEOUT_S)
-            phases.end("probe")
-            provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
-            device = provenance.device
-            if candidate is not None and options.target is not None:
-                changed = _target_changes(options.target, provenance)
-                if changed:  # its build dir is keyed by what this device is not: start it again for this one
-                    log.warning("the slot's target is not what this evaluation's trusted child found (%s): the "
-                                "candidate's process starts again for the device found", changed)
-                    candidate.close()
-                    candidate = None
-            size, load, timing_cfg = resolve(device)
-            trusted.send(PrepareCommand(problem=load, device=device, param_seed=param_seed, input_seed=input_seed,
-                                        trials=trials, extra_distribution=spec.extra_distribution,
-                                        exchange_dir=exchange).model_dump(mode="json"))
-            if candidate is None:
-                candidate = start_candidate(provenance)
-            prepared_trials: list[int | None] = []
-            distributions: list[str] = []
+            ev.start()
+            prepared = ev.prepare()
+            ev.candidate_imported()
+            if not ev.constructor_fits(prepared):
+                return ev.provenance, ev.size
+            ev.construct()
+            ev.run_trials()
+            if ev.judge() and options.timing:  # only a candidate judged correct is timed
+                ev.time_windows(prepared)
+                ev.trace_kernels()
+            ev.end_candidate()
+        except CandidateStopped:
+            pass  # why is in obs: the grade says what it means
+        except (TrustedFailed, ChildExited, ValidationError, KeyError) as e:
+            obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, TrustedFailed) else str(e)
+    return ev.provenance, ev.size
 
-            def prepared() -> int | None:
-                """Wait for the trusted side's preparation (once); the trial count, or None when the submission's
-                constructor cannot take the problem's init arguments (obs.static_error says why)."""
-                if not prepared_trials:
-                    answer = trusted.wait("prepared")
-                    phases.end("reference_prepare")
-                    distributions.extend(answer.get("distributions") or ["get_inputs"] * trials)
-                    obs.trials_expected = len(distributions)
-                    try:
-                        check_constructor(source, spec.init_arg_names[: answer["init_arg_count"]]
-                                          if spec.init_arg_names else ["arg"] * answer["init_arg_count"])
-                        prepared_trials.append(len(distributions))
-                    except InvalidSubmission as e:
-                        obs.static_error = str(e)
-                        prepared_trials.append(None)
-                return prepared_trials[0]
 
-            def judge() -> bool:
-                """Judge the saved outputs; True when the candidate has earned its timing run."""
-                judged = trusted.call(JudgeCommand(outputs_dir=cand_home / "outputs", atol=tolerance.atol,
-                                                   rtol=tolerance.rtol).model_dump(mode="json"), "judged")
-                phases.end("judge")
-                obs.trials = [TrialFigures.model_validate({**t, "inputs": distributions[t["trial"]]})
-                              for t in judged["trials"]]
-                if judged.get("determinism") is not None:
-                    obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
-                return timing_cfg is not None and grading.correct_so_far(obs, tolerance)
+class _Evaluation:
+    """One evaluation's state and its phases, each a method that `_evaluate_source` calls in order."""
 
-            timed_prints = candidate.drive(obs, prepared, judge, timing_seed, phases)
-            if prepared() is None:  # the constructor check failed: the candidate was stopped, or ended first
-                return provenance, size
-            check = obs.timed_outputs
-            if check is not None and check.reported == check.expected and \
-                    grading.correct_so_far(obs, tolerance):
-                # Which timed calls are checked is decided only now, after they all ran.
-                check.checked = sorted(random.sample(range(check.expected), min(_TIMED_CHECKS, check.expected)))
-                checked = trusted.call(CheckTimedCommand(
-                    timing_seed=timing_seed, indices=check.checked,
-                    fingerprints=[timed_prints[i] for i in check.checked], atol=tolerance.atol, rtol=tolerance.rtol,
-                ).model_dump(mode="json"), "timed_checked")
-                check.mismatches = list(checked["mismatches"])
-                phases.end("check_timed_outputs")
-            # Time the reference only for a candidate that passed and was timed: most submissions are not.
-            if timing_cfg is not None and obs.candidate_timing is not None and \
-                    grading.correct_so_far(obs, tolerance):
-                mode = options.compile_baseline or settings.compile_baseline
-                timed = trusted.call(TimeReferenceCommand(
-                    timing=timing_cfg, seed=timing_seed,
-                    compile_baseline=(mode == "on" or (mode == "auto" and device == "cuda")),
-                ).model_dump(mode="json"), "reference_timed")
-                obs.eager_timing = TimingStats.model_validate(timed["eager"])
-                if obs.envelope is not None:
-                    obs.envelope.loop_ms = timed.get("loop_ms")
-                if timed.get("peaks"):
-                    variant = spec.size(size)
-                    obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=variant.min_bytes,
-                                                      **timed["peaks"])
-                if timed.get("compile"):
-                    obs.compile_timing = TimingStats.model_validate(timed["compile"])
-                obs.compile_baseline_error = timed.get("compile_error")
-                phases.end("reference_timing")
-        except (_TrustedFailed, ChildExited, ValidationError, KeyError) as e:
-            obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, _TrustedFailed) else str(e)
+    def __init__(self, spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
+                 tolerance: Tolerance, obs: Observations, job: Path):
+        self.spec, self.source, self.options, self.settings = spec, source, options, settings
+        self.tolerance, self.obs, self.job = tolerance, obs, job
+        seed = options.seed if options.seed is not None else secrets.randbelow(1 << 62)
+        self.param_seed, self.input_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62)
+        # Window seeds: from the OS unless the caller fixed the evaluation's seed (reproducing a run).
+        self._window_seeds = secrets.SystemRandom() if options.seed is None else \
+            random.Random(seed * 104729)  # noqa: S311 - a run reproduced on purpose: its seeds are no secret
+        self.trials = options.trials or settings.correctness_trials
+        self.size = options.size
+        self.provenance: Provenance | None = None
+        self.phases = _Phases(obs)
+        self.candidate: Candidate | None = None
+        self.trusted: Trusted | None = None
+        self.run_limit = options.run_timeout_s or spec.run_timeout_s
+        self.call_ms = 0.0  # the reference's time per call, once prepared
+
+    @contextlib.contextmanager
+    def open(self, work: Path):
+        """The scratch layout; on the way out, whatever happened, no child or build lock outlives the evaluation."""
+        self.trusted_home, self.cand_home, self.exchange = work / "trusted", work / "candidate", work / "exchange"
+        for d in (self.trusted_home, self.cand_home, self.exchange):
+            d.mkdir(mode=0o700)
+        try:
+            yield self
         finally:
-            if candidate is not None:
-                candidate.close()  # whatever happened above: no candidate process or build lock outlives this
-            with contextlib.suppress(ChildExited):
-                proc.send({"cmd": "exit"})
-            proc.wait_exit(settings.kill_grace_s)
-            proc.reap()
-            phases.end("teardown")
-    return provenance, size
+            if self.candidate is not None:
+                self.candidate.finish()
+                self.phases.end("candidate_exit")
+            if self.trusted is not None:
+                with contextlib.suppress(ChildExited):
+                    self.trusted.proc.send({"cmd": "exit"})
+                self.trusted.proc.wait_exit(self.settings.kill_grace_s)
+                self.trusted.proc.reap()
+            self.phases.end("teardown")
+
+    # --- the phases, in order ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """The trusted child (and, with a known target, the candidate's process beside it); then the probe."""
+        o = self.options
+        env = scrubbed_env({**trusted_cache_env(self.settings), **o.extra_env}, self.trusted_home)
+        proc = ChildProcess("harness.sandbox.trusted", [], cwd=self.trusted_home, env=env,
+                            log_path=self.job / "trusted.log", kill_grace_s=self.settings.kill_grace_s,
+                            jail=limits.jail(self.settings, untrusted=False))
+        self.trusted = Trusted(proc, self.settings.reference_timeout_s)
+        if o.target is not None and o.device in ("auto", o.target.device):
+            self.candidate = self._start_candidate(o.target)
+        proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+        self.phases.end("reference_start")
+        probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", _PROBE_TIMEOUT_S)
+        self.phases.end("probe")
+        self.provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
+        if self.candidate is not None and o.target is not None:
+            changed = _target_changes(o.target, self.provenance)
+            if changed:  # its build dir is keyed by what this device is not: start it again for this one
+                log.warning("the slot's target is not what this evaluation's trusted child found (%s): the "
+                            "candidate's process starts again for the device found", changed)
+                self.candidate.dismissed = True
+                self.candidate.finish()
+                self.candidate = None
+
+    def prepare(self) -> dict[str, Any]:
+        """The trusted side builds the reference and the trials' inputs and outputs, while the candidate imports."""
+        assert self.trusted is not None and self.provenance is not None
+        device = self.provenance.device
+        self.size = self._size_for(device)
+        self.trusted.send(PrepareCommand(
+            problem=self._load(self.size), device=device, param_seed=self.param_seed, input_seed=self.input_seed,
+            trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
+        ).model_dump(mode="json"))
+        if self.candidate is None:
+            self.candidate = self._start_candidate(self.provenance)
+        prepared = self.trusted.wait("prepared").fields
+        self.call_ms = float(prepared["call_ms"])
+        self.phases.end("reference_prepare")
+        return prepared
+
+    def candidate_imported(self) -> None:
+        assert self.candidate is not None
+        self.candidate.await_imported(self.options.compile_timeout_s or self.spec.compile_timeout_s)
+        self.phases.end("candidate_import")
+
+    def constructor_fits(self, prepared: dict[str, Any]) -> bool:
+        """The submission's constructor can take the problem's init arguments (read from its source)."""
+        self.distributions = list(prepared.get("distributions") or ["get_inputs"] * self.trials)
+        self.obs.trials_expected = len(self.distributions)
+        n = prepared["init_arg_count"]
+        try:
+            check_constructor(self.source, self.spec.init_arg_names[:n] if self.spec.init_arg_names else ["arg"] * n)
+            return True
+        except InvalidSubmission as e:
+            self.obs.static_error = str(e)
+            assert self.candidate is not None
+            self.candidate.dismissed = True
+            return False
+
+    def construct(self) -> None:
+        assert self.candidate is not None
+        reply = self.candidate.request(Construct(), self.run_limit, Phase.compile)
+        self.candidate.release_build.close()  # constructed: nothing more is built
+        self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
+        self.phases.end("candidate_construct")
+
+    def run_trials(self) -> None:
+        assert self.candidate is not None
+        reply = self.candidate.request(RunTrials(trials=self.obs.trials_expected),
+                                       self._limit(_CORRECTNESS_FLOOR_S, self.obs.trials_expected + 1),
+                                       Phase.correctness)
+        f = reply.fields
+        self.obs.outputs_changed = ["determinism re-run" if t is None else f"trial {t}" for t in f["outputs_changed"]]
+        self.obs.inputs_mutated = [f"{'determinism re-run' if t is None else f'trial {t}'}: input(s) {which}"
+                                   for t, which in f["inputs_mutated"]]
+        self.phases.end("candidate_trials")
+
+    def judge(self) -> bool:
+        """The trusted side judges the saved outputs. True when the candidate has earned its timing."""
+        assert self.trusted is not None and self.candidate is not None
+        judged = self.trusted.call(JudgeCommand(outputs_dir=self.cand_home / "outputs", atol=self.tolerance.atol,
+                                                rtol=self.tolerance.rtol).model_dump(mode="json"), "judged")
+        self.phases.end("judge")
+        self.obs.trials = [TrialFigures.model_validate({**t, "inputs": self.distributions[t["trial"]]})
+                           for t in judged["trials"]]
+        if judged.get("determinism") is not None:
+            self.obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
+        return grading.correct_so_far(self.obs, self.tolerance)
+
+    def time_windows(self, prepared: dict[str, Any]) -> None:
+        """Rounds of timed windows on the parent's clock: the candidate's (then a hand-over of outputs the parent
+        picks, judged by the trusted side), eager's, torch.compile's, and the empty window's, each round on the
+        same fresh seeds. One untimed round first warms every kind up."""
+        assert self.trusted is not None and self.candidate is not None and self.provenance is not None
+        device = self.provenance.device
+        window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
+        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"], device, window_ms)
+        rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
+                                          else self.settings.timing_windows_cpu)
+        mode = self.options.compile_baseline or self.settings.compile_baseline
+        kinds = ["eager", "empty"] + (["compile"] if mode == "on" or (mode == "auto" and device == "cuda") else [])
+        walls: dict[str, list[float]] = {"candidate": [], **{k: [] for k in kinds}}
+        check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
+        window_limit = self._limit(_WINDOW_FLOOR_S, calls)
+        for r in range(-1, rounds):  # round -1 warms up: lazy initialisation, autotuning, torch.compile's compile
+            seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
+            reply = self.candidate.request(Window(seeds=seeds), window_limit, Phase.timing)
+            if r >= 0:
+                walls["candidate"].append((reply.received_at - self.candidate.sent_at) * 1e3)
+                self._handover(r, seeds, calls, check)
+            for kind in list(kinds):
+                try:
+                    ms = self.trusted.timed_call(ReferenceWindowCommand(kind=kind, seeds=seeds).model_dump(mode="json"),
+                                                 "window_done")
+                except TrustedFailed as e:
+                    if kind != "compile":
+                        raise
+                    self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
+                    kinds.remove(kind)
+                    continue
+                if r >= 0:
+                    walls[kind].append(ms)
+            self.phases.end("timing_warmup" if r < 0 else "timed_windows")
+        self.obs.timed_outputs = check
+        empty = windows.WindowSeries(calls, walls["empty"])
+        self.obs.candidate_timing = windows.stats(windows.WindowSeries(calls, walls["candidate"]), empty)
+        self.obs.eager_timing = windows.stats(windows.WindowSeries(calls, walls["eager"]), empty)
+        if "compile" in kinds:
+            self.obs.compile_timing = windows.stats(windows.WindowSeries(calls, walls["compile"]), empty)
+        if device == "cuda":
+            peaks = self.trusted.call({"cmd": "peaks"}, "peaks")
+            variant = self.spec.size(self.size)
+            # Every output element must be written: its bytes are a floor even where the problem names none.
+            min_bytes = max(variant.min_bytes or 0, prepared["output_bytes"])
+            self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
+        self.phases.end("peaks")
+
+    def _handover(self, window: int, seeds: list[int], calls: int, check: TimedOutputCheck) -> None:
+        """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
+        (on the parent's clock); the trusted side judges them on the same seeds and times its own save of them."""
+        assert self.trusted is not None and self.candidate is not None
+        picks = sorted(secrets.SystemRandom().sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
+        check.expected += len(picks)
+        reply = self.candidate.request(Handover(window=window, picks=picks), self._limit(_WINDOW_FLOOR_S, calls),
+                                       Phase.timing)
+        check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
+        checked = self.trusted.call(CheckHandoverCommand(
+            files=files, seeds=[seeds[j] for j in picks], atol=self.tolerance.atol, rtol=self.tolerance.rtol,
+            save_dir=self.trusted_home / "saves").model_dump(mode="json"), "handover_checked")
+        check.reference_save_ms.append(round(checked["save_ms"], 4))
+        for j, figures, path in zip(picks, checked["checks"], files, strict=True):
+            check.checked.append(window * calls + j)
+            check.calls.append(TrialFigures.model_validate({**figures, "trial": window * calls + j,
+                                                             "inputs": "timed window"}))
+            check.reported += path.exists()
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def trace_kernels(self) -> None:
+        """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost)."""
+        assert self.candidate is not None and self.provenance is not None
+        if self.provenance.device == "cuda":
+            reply = self.candidate.request(Trace(), self._limit(_WINDOW_FLOOR_S, 1), Phase.timing)
+            self.candidate.record_trace(reply.fields)
+            self.phases.end("kernel_trace")
+
+    def end_candidate(self) -> None:
+        """The harness has all it asks of the candidate: its process should now exit on its own."""
+        assert self.candidate is not None
+        self.candidate.stop()
+
+    # --- helpers -------------------------------------------------------------------------------------------
+
+    def _limit(self, floor_s: float, calls: int) -> float:
+        """A command's deadline: generous headroom over the reference's time for its calls, above a floor, under the
+        problem's run limit."""
+        return min(self.run_limit, max(floor_s, _HEADROOM * calls * self.call_ms / 1e3))
+
+    def _size_for(self, device: str) -> str:
+        """`auto`: the problem's small size on the CPU where it has one, else its default."""
+        if self.options.size != "auto":
+            return self.options.size
+        return "small" if device == "cpu" and "small" in self.spec.sizes else "default"
+
+    def _load(self, size: str) -> ProblemLoad:
+        return ProblemLoad(path=self.spec.source_path, overrides=self.spec.size(size).overrides)
+
+    def _start_candidate(self, target: Provenance) -> Candidate:
+        return _start_candidate(self.spec, self.source, self.options, self.settings, target,
+                                self._load(self._size_for(target.device)), self.param_seed, self.exchange,
+                                self.cand_home, self.job, self.obs)
 
 
 def _target_changes(target: Provenance, probed: Provenance) -> str:
@@ -424,11 +467,11 @@ def probe_device(device: str = "auto", settings: Settings | None = None,
                             log_path=work / "probe.log", kill_grace_s=settings.kill_grace_s)
         try:
             proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)
-            probed = _Trusted(proc, _PROBE_TIMEOUT_S).call({"cmd": "probe", "device": device}, "probed")
+            probed = Trusted(proc, _PROBE_TIMEOUT_S).call({"cmd": "probe", "device": device}, "probed")
             return Provenance(started_at=datetime.now(timezone.utc), **probed)
         except (Deadline, ChildExited) as e:
             raise RuntimeError(f"probing device {device!r} failed: {e}\n{proc.log_tail()}") from None
-        except _TrustedFailed as e:
+        except TrustedFailed as e:
             raise RuntimeError(f"probing device {device!r} failed: {e}") from None
         finally:
             with contextlib.suppress(ChildExited):
@@ -479,160 +522,26 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
         return PrecompileResult(finished, time.monotonic() - t0, proc.log_tail(4096))
 
 
-class _Candidate:
-    """The candidate's process, started under its build dir's lock as soon as its target is known (its build dir
-    is keyed by it), and driven once the evaluation is ready for it. `close` always ends it."""
-
-    def __init__(self, spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
-                 load: ProblemLoad, param_seed: int, timing_cfg: TimingConfig | None, exchange: Path, home: Path,
-                 job: Path):
-        self.settings, self.timing_cfg = settings, timing_cfg
-        submission_path = home / "submission.py"
-        submission_path.write_text(source)
-        request = CandidateRequest(
-            submission_path=submission_path, problem=load, device=target.device, param_seed=param_seed,
-            exchange_dir=exchange, outputs_dir=home / "outputs", timing=timing_cfg,
-        )
-        request_path = home / "request.json"
-        request_path.write_text(request.model_dump_json())
-        self.builds, env = _build_env(source, target, settings, home, options.extra_env)
-        self.compile_limit = options.compile_timeout_s or spec.compile_timeout_s
-        self.run_limit = options.run_timeout_s or spec.run_timeout_s
-        self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
-        self.build_lock = contextlib.ExitStack()
-        self.build_lock.enter_context(artifacts.exclusive_build_dir(self.builds))
-        try:
-            self.proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
-                                     env=scrubbed_env(env, home), log_path=job / "candidate.log",
-                                     kill_grace_s=settings.kill_grace_s,
-                                     jail=limits.jail(settings, untrusted=True, writable=[home, self.builds],
-                                                      readable=[exchange], visible=[spec.source_path]))
-        except BaseException:
-            self.build_lock.close()
-            raise
-
-    def close(self) -> None:
-        """End the process (its whole group) and release the build dir. Idempotent."""
-        self.proc.reap()
-        self.build_lock.close()
-
-    def drive(self, obs: Observations, prepared: Callable[[], int | None], judge: Callable[[], bool],
-              timing_seed: int, phases: _Phases) -> list[Any]:
-        """Speak with the candidate's process until it is done; fill `obs`. Returns the fingerprints of its timed
-        calls' outputs. `prepared` is asked, when the candidate has imported, for the trial count (None: stop it)."""
-        run_limit, timing_cfg = self.run_limit, self.timing_cfg
-        exit_info = ChildExit(phase=Phase.compile, deadline_s=self.compile_limit)
-        timed_prints: list[Any] = []
-        channel_closed = False
-        protocol = _Protocol()
-        go_ahead_at: float | None = None
-        deadline = self.proc.started_at + self.compile_limit
-        try:
-            while True:
-                try:
-                    msg = self.proc.next_message(deadline)
-                except Deadline:
-                    exit_info.timed_out = True
-                    break
-                except ChildExited:
-                    channel_closed = True
-                    break
-                f = msg.fields
-                violation = protocol.check(msg.event, f)
-                if violation is not None:
-                    obs.protocol_violations.append(violation)
-                    break
-                if msg.event == "imported":
-                    obs.candidate_import_s = msg.received_at - self.proc.started_at
-                    phases.end("candidate_import", msg.received_at)
-                    trials = prepared()  # the trusted side's preparation and the constructor check
-                    if trials is None:
-                        self.dismissed = True
-                        break
-                    with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
-                        self.proc.send(ConstructCommand(trials=trials).model_dump_json())
-                    # The wait for the trusted side was the harness's, not the candidate's.
-                    deadline += time.monotonic() - msg.received_at
-                elif msg.event == "constructed":
-                    phases.end("candidate_construct", msg.received_at)
-                    self.build_lock.close()
-                    obs.state_dict = StateDictCopy.model_validate(f.get("state_dict") or {})
-                    exit_info.phase, exit_info.deadline_s = Phase.correctness, run_limit
-                    deadline = msg.received_at + run_limit
-                elif msg.event == "trials_done":
-                    phases.end("candidate_trials", msg.received_at)
-                    go = judge()
-                    warm_seed = secrets.SystemRandom().randrange(1 << 61)  # tells nothing of the timed seed
-                    with contextlib.suppress(ChildExited):  # a vanished child shows in its exit status
-                        self.proc.send(WarmupCommand(seed=warm_seed).model_dump_json() if go else "exit")
-                    if not go:
-                        exit_info.finished = True
-                        break
-                    protocol.seen.add("warmup_sent")
-                    deadline = time.monotonic() + run_limit
-                elif msg.event == "warmed":
-                    phases.end("candidate_warmup", msg.received_at)
-                    go_ahead_at = time.monotonic()
-                    with contextlib.suppress(ChildExited):
-                        self.proc.send(TimeCommand(seed=timing_seed).model_dump_json())
-                    protocol.seen.add("time_sent")
-                elif msg.event == "timing_started":
-                    exit_info.phase = Phase.timing
-                elif msg.event == "flag_change":
-                    obs.flag_changes.append(FlagChange.model_validate(f))
-                elif msg.event == "timing":
-                    phases.end("candidate_timing", msg.received_at)
-                    obs.candidate_timing = TimingStats.model_validate(f)
-                    if timing_cfg is not None and go_ahead_at is not None:
-                        obs.envelope = TimingEnvelope(wall_ms=(msg.received_at - go_ahead_at) * 1e3,
-                                                      calls=timing_cfg.calls, overhead_calls=min(timing_cfg.calls, 20))
-                elif msg.event == "output_changed":
-                    obs.outputs_changed.append("determinism re-run" if f.get("trial") is None else
-                                               f"trial {f.get('trial')}")
-                elif msg.event == "inputs_mutated":
-                    where = "determinism re-run" if f.get("trial") is None else f"trial {f.get('trial')}"
-                    obs.inputs_mutated.append(f"{where}: input(s) {f.get('inputs')}")
-                elif msg.event == "kernels":
-                    phases.end("candidate_kernel_trace", msg.received_at)
-                    obs.kernels = KernelTrace(names=f.get("names"), error=f.get("error"))
-                elif msg.event == "timed_outputs":
-                    timed_prints.extend(f.get("fingerprints") or [])
-                elif msg.event == "invalid":
-                    obs.static_error = str(f.get("message", "ModelNew cannot be constructed"))
-                    exit_info.finished = True
-                    break
-                elif msg.event == "error":
-                    obs.candidate_error = ChildError.model_validate(f)
-                    exit_info.finished = True
-                    break
-                elif msg.event == "done":
-                    exit_info.finished = True
-                    break
-        except ValidationError as e:
-            obs.candidate_error = ChildError(phase=exit_info.phase, exc_type="ProtocolError",
-                                             message=f"malformed message from the candidate's process: {e}")
-        finally:
-            if exit_info.finished or channel_closed:
-                # The pipe closes a moment before the process is reapable: let it end on its own.
-                self.proc.wait_exit(self.settings.kill_grace_s + 10)
-            self.proc.kill()
-            code = self.proc.proc.returncode
-            exit_info.returncode = code
-            exit_info.signal = None if exit_info.finished else describe_returncode(code)
-            if self.proc.killed_by_parent and not exit_info.timed_out and not exit_info.finished:
-                exit_info.signal = f"{exit_info.signal or 'a signal'} from the harness (it closed its channel " \
-                                   "but did not exit)"
-            self.proc.reap()
-            phases.end("candidate_exit")
-        if self.dismissed:
-            return []
-        if self.proc.garbage_lines:
-            obs.protocol_violations.append(f"{self.proc.garbage_lines} line(s) on the channel that are not harness "
-                                           "messages")
-        obs.candidate_exit = exit_info
-        obs.log_tail = self.proc.log_tail()
-        if obs.kernels is not None and obs.kernels.names is not None:
-            obs.kernels.custom = kernels.custom_kernels(obs.kernels.names, kernels.extension_symbols(self.builds))
-        if timing_cfg is not None and obs.candidate_timing is not None:
-            obs.timed_outputs = TimedOutputCheck(reported=len(timed_prints), expected=timing_cfg.calls)
-        return timed_prints
+def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
+                     load: ProblemLoad, param_seed: int, exchange: Path, home: Path, job: Path,
+                     obs: Observations) -> Candidate:
+    """The candidate's process, started under its build dir's lock (its build dir is keyed by the target)."""
+    submission_path = home / "submission.py"
+    submission_path.write_text(source)
+    request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
+                               param_seed=param_seed, exchange_dir=exchange, outputs_dir=home / "outputs")
+    request_path = home / "request.json"
+    request_path.write_text(request.model_dump_json())
+    builds, env = _build_env(source, target, settings, home, options.extra_env)
+    build_lock = contextlib.ExitStack()
+    build_lock.enter_context(artifacts.exclusive_build_dir(builds))
+    try:
+        proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
+                            env=scrubbed_env(env, home), log_path=job / "candidate.log",
+                            kill_grace_s=settings.kill_grace_s,
+                            jail=limits.jail(settings, untrusted=True, writable=[home, builds],
+                                             readable=[exchange], visible=[spec.source_path]))
+    except BaseException:
+        build_lock.close()
+        raise
+    return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s)

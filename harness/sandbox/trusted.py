@@ -2,19 +2,25 @@
 
 It never imports a submission. It builds the reference Model, draws the correctness inputs from a
 secret seed, keeps the expected outputs (fp32 and a float64 ground truth) in its own memory, judges
-the candidate's saved outputs, and times the reference. Commands arrive as JSON lines on stdin.
+the candidate's saved outputs and its handed-over timed outputs, and runs the reference's timed windows
+(eager, torch.compile, and the empty window whose cost every window carries). Commands arrive as JSON
+lines on stdin. Files the candidate wrote are read as untrusted: no links followed, regular files only,
+bounded in size.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import io
 import json
 import os
 import platform
 import socket
+import stat
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -24,11 +30,15 @@ import torch
 import harness
 from harness.sandbox import problem_module, timing, torchflags
 from harness.sandbox.protocol import (
+    DETERMINISM_FILE,
+    INIT_FILE,
     Channel,
-    CheckTimedCommand,
+    CheckHandoverCommand,
     JudgeCommand,
     PrepareCommand,
-    TimeReferenceCommand,
+    ReferenceWindowCommand,
+    inputs_file,
+    output_file,
 )
 from harness.schema import RTOL_GRID
 
@@ -84,22 +94,27 @@ def _double(obj: Any) -> Any:
     return obj
 
 
-def _fingerprint_mismatch(got: Any, want: list[list[float]] | None, atol: float, rtol: float) -> str | None:
-    """Why the candidate's fingerprint cannot come from an output within tolerance, or None."""
-    if want is None:
-        return None
-    if not isinstance(got, list) or len(got) != len(want):
-        return f"fingerprint {str(got)[:80]} does not match the reference's structure"
-    for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        if not (isinstance(g, list) and len(g) == 3 and all(isinstance(v, (int, float)) for v in g)):
-            return f"output {k}: malformed fingerprint"
-        s, a, n = (float(v) for v in g)
-        ws, wa, wn = w
-        bound = atol * wn + rtol * wa + 1e-9 * wa  # allclose summed over elements, plus float64 summation slack
-        if n != wn or not (abs(s - ws) <= bound and abs(a - wa) <= bound):
-            return (f"output {k}: sum {s:.6g} / sum|x| {a:.6g} over {n:g} elements, the reference's {ws:.6g} / "
-                    f"{wa:.6g} over {wn:g} (allowed difference {bound:.3g})")
-    return None
+class UntrustedFile(Exception):
+    """A file the candidate wrote that is not a regular file of acceptable size: the submission's fault."""
+
+
+def read_untrusted(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a file the candidate's process wrote, read without following a link and without blocking
+    (a FIFO or a device in its place would hang or mislead a plain open), up to `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # ELOOP: a symbolic link
+        raise UntrustedFile(f"{path.name} cannot be opened as a regular file ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFile(f"{path.name} is not a regular file")
+        if st.st_size > max_bytes:
+            raise UntrustedFile(f"{path.name} has {st.st_size} bytes, more than the {max_bytes} an output of this "
+                                "problem can need")
+        return f.read(max_bytes + 1)[:max_bytes]
 
 
 class Trusted:
@@ -108,7 +123,10 @@ class Trusted:
         self.expected: list[Any] = []
         self.ground_truth: list[Any] = []
         self.model: torch.nn.Module | None = None
+        self.compiled: Any = None
         self.module: Any = None
+        self.flush: torch.Tensor | None = None
+        self.max_output_file = 64 << 20
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.device = problem_module.resolve_device(cmd.device)
@@ -118,38 +136,49 @@ class Trusted:
         model = self.module.Model(*init_args)
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
-        torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / "init.pt")
+        torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
         self.model = model.to(self.device)
         model64 = copy.deepcopy(self.model).double()
         self.expected, self.ground_truth = [], []
         distributions = ["get_inputs"] * cmd.trials
         if cmd.extra_distribution:
             distributions.append(problem_module.EXTRA_DISTRIBUTION)
+        call_s: list[float] = []
         with torch.no_grad():
             for i, dist in enumerate(distributions):
                 torch.manual_seed(cmd.input_seed + i)
                 inputs = list(self.module.get_inputs())  # on the CPU, as KernelBench makes them
                 if dist != "get_inputs":
                     inputs = problem_module.redistribute(inputs)
-                torch.save(inputs, cmd.exchange_dir / f"inputs_{i}.pt")
+                torch.save(inputs, cmd.exchange_dir / inputs_file(i))
                 on_device = problem_module.to_device(inputs, self.device)
+                problem_module.synchronize(self.device)
+                t0 = time.perf_counter()
                 self.expected.append(self.model(*on_device))
+                problem_module.synchronize(self.device)
+                call_s.append(time.perf_counter() - t0)
                 self.ground_truth.append(model64(*_double(on_device)))
         problem_module.synchronize(self.device)
         del model64
-        outputs = _as_list(self.expected[0]) or []
+        outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]
+        output_bytes = sum(o.numel() * o.element_size() for o in outputs)
+        self.max_output_file = 4 * output_bytes + (64 << 20)
+        self.flush = timing.l2_flush_buffer(self.device)
         return {
             "device": self.device.type,
             "init_arg_count": len(init_args),
             "distributions": distributions,
-            "output_shapes": [list(o.shape) for o in outputs if isinstance(o, torch.Tensor)],
+            "output_shapes": [list(o.shape) for o in outputs],
+            "output_bytes": output_bytes,
+            # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
+            "call_ms": 1e3 * min(call_s[1:] or call_s),
             "reference_torch_flags": torchflags.snapshot(),
         }
 
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
         trials = []
         for i, (exp, gt) in enumerate(zip(self.expected, self.ground_truth, strict=True)):
-            trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / f"out_{i}.pt", exp, gt, cmd)})
+            trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
         return {"trials": trials, "determinism": self._determinism(cmd.outputs_dir)}
 
     def _load(self, path: Path) -> tuple[Any, list[str]]:
@@ -159,14 +188,17 @@ class Trusted:
             locations.append(location)
             return storage
 
-        obj = torch.load(path, map_location=record, weights_only=True)
+        data = read_untrusted(path, self.max_output_file)
+        obj = torch.load(io.BytesIO(data), map_location=record, weights_only=True)
         return obj, locations
 
-    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: JudgeCommand) -> dict[str, Any]:
-        if not path.exists():
-            return {"structure_error": "the candidate saved no output for this trial"}
+    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+        if not path.exists() and not path.is_symlink():
+            return {"structure_error": "the candidate saved no output for this call"}
         try:
             got, locations = self._load(path)
+        except UntrustedFile as e:
+            return {"structure_error": str(e)}
         except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return {"structure_error": f"the output is not made of plain torch.Tensors ({first[:300]})"}
@@ -188,7 +220,8 @@ class Trusted:
                    for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True))]
         return {"outputs": outputs}
 
-    def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor, cmd: JudgeCommand) -> dict:
+    def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor,
+                 cmd: JudgeCommand | CheckHandoverCommand) -> dict:
         fig: dict[str, Any] = {
             "index": index, "got_type": type(got).__name__,
             "expected_shape": list(exp.shape), "expected_dtype": str(exp.dtype).removeprefix("torch."),
@@ -230,7 +263,7 @@ class Trusted:
         return fig
 
     def _determinism(self, outputs_dir: Path) -> dict[str, Any] | None:
-        first, second = outputs_dir / "out_0.pt", outputs_dir / "det.pt"
+        first, second = outputs_dir / output_file(0), outputs_dir / DETERMINISM_FILE
         if not (first.exists() and second.exists()):
             return None
         try:
@@ -253,45 +286,44 @@ class Trusted:
                 worst = max(worst, float(((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max()))
         return {"bitwise_equal": equal, "max_rel_diff": worst}
 
-    def check_timed(self, cmd: CheckTimedCommand) -> dict[str, Any]:
+    def window(self, cmd: ReferenceWindowCommand) -> dict[str, Any]:
+        """One reference window (its time is the parent's clock around this command). A kind's first window warms
+        it up; torch.compile's compiles the model there."""
         assert self.model is not None
-        mismatches = []
-        with torch.no_grad():
-            for i, got in zip(cmd.indices, cmd.fingerprints, strict=True):
-                inputs = problem_module.seeded_inputs(self.module, cmd.timing_seed + i, self.device)
-                want = timing.fingerprint(self.model(*inputs))
-                problem = _fingerprint_mismatch(got, want, cmd.atol, cmd.rtol)
-                if problem:
-                    mismatches.append(f"timed call {i}: {problem}")
-        return {"mismatches": mismatches}
+        fn: Any = self.model
+        if cmd.kind == "empty":
+            fn = timing.empty_call
+        elif cmd.kind == "compile":
+            if self.compiled is None:
+                self.compiled = torch.compile(self.model)
+            fn = self.compiled
+        kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
+        timing.run_window(fn, self.module, cmd.seeds, self.device, self.flush if cmd.flush_l2 else None, kept)
+        del kept
+        return {}
 
-    def time_reference(self, cmd: TimeReferenceCommand) -> dict[str, Any]:
+    def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
+        """The handed-over outputs against the reference on the same seeds; then the time this process takes to
+        save its own outputs of those calls, as the candidate had to (what an honest hand-over costs)."""
         assert self.model is not None
-        module, device = self.module, self.device
-
-        def make_inputs(i: int) -> list[Any]:
-            return problem_module.seeded_inputs(module, cmd.seed + i, device)
-
-        def warm_inputs(i: int) -> list[Any]:
-            return make_inputs(-1 - i)
-
-        kw = {"calls": cmd.timing.calls, "flush_l2": cmd.timing.flush_l2}
-        timing.warm_up(self.model, warm_inputs, device, cmd.timing.warmup)
-        result: dict[str, Any] = {"eager": timing.time_calls(self.model, make_inputs, device, **kw)}
+        checks, expected = [], []
         with torch.no_grad():
-            example = self.model(*make_inputs(-1000))
-        result["loop_ms"] = timing.calibrate_loop(make_inputs, device, example, calls=min(cmd.timing.calls, 50),
-                                                  flush_l2=cmd.timing.flush_l2)
-        if device.type == "cuda":
-            result["peaks"] = timing.measure_peaks(device)
-        if cmd.compile_baseline:
-            try:
-                compiled = torch.compile(self.model)
-                timing.warm_up(compiled, warm_inputs, device, cmd.timing.warmup)
-                result["compile"] = timing.time_calls(compiled, make_inputs, device, **kw)
-            except Exception as e:
-                result["compile_error"] = f"{type(e).__name__}: {str(e)[:2000]}"
-        return result
+            for path, seed in zip(cmd.files, cmd.seeds, strict=True):
+                exp = self.model(*problem_module.seeded_inputs(self.module, seed, self.device))
+                expected.append(exp)
+                checks.append(self._judge_one(path, exp, exp, cmd))
+        problem_module.synchronize(self.device)
+        cmd.save_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        for k, exp in enumerate(expected):
+            torch.save(exp, cmd.save_dir / f"save_{k}.pt")
+        save_ms = (time.perf_counter() - t0) * 1e3
+        for k in range(len(expected)):
+            (cmd.save_dir / f"save_{k}.pt").unlink()
+        return {"checks": checks, "save_ms": save_ms}
+
+    def peaks(self) -> dict[str, Any]:
+        return timing.measure_peaks(self.device) if self.device.type == "cuda" else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
-        "time_reference": (TimeReferenceCommand, trusted.time_reference, "reference_timed"),
-        "check_timed": (CheckTimedCommand, trusted.check_timed, "timed_checked"),
+        "window": (ReferenceWindowCommand, trusted.window, "window_done"),
+        "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
     }
     chan.send("ready")
     for line in sys.stdin:
@@ -315,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if name == "probe":
                 chan.send("probed", **probe(raw.get("device", "auto")))
+            elif name == "peaks":
+                chan.send("peaks", **trusted.peaks())
             elif name == "exit":
                 break
             elif name in handlers:

@@ -22,6 +22,7 @@ class Exploit:
     gpu: bool = False  # needs CUDA to show the exploit (or the defence)
     problem: str = "level2/30"
     message_has: str | None = None  # a phrase the verdict's message must contain
+    problems_dir: str | None = None  # where `problem` lives when it is not a built-in (relative to the root)
 
 
 A = "tests/fixtures/adversarial/"
@@ -44,7 +45,8 @@ CORPUS: tuple[Exploit, ...] = (
             "fresh input contents for every timed call: every lookup misses, the slow path is timed",
             A + "content_keyed_cache_honest.py"),
     Exploit("call-counting fast path", A + "call_counting_fast_path.py", "flagged", "timed_outputs",
-            "outputs of 10 timed calls, chosen after the calls, re-checked by the trusted side", HONEST),
+            "outputs of timed calls, picked after each window closed, judged element by element by the trusted side",
+            HONEST),
     Exploit("side stream", A + "side_stream.py", "flagged", "deferred_output",
             "output snapshotted in stream order at return vs after a device-wide sync; timing syncs the device",
             HONEST, gpu=True),
@@ -56,11 +58,26 @@ CORPUS: tuple[Exploit, ...] = (
             "only (weights_only)", HONEST, message_has="torch.Tensor subclass"),
     Exploit("timer patch", A + "timer_patch.py", "flagged", "static:monkey_patch",
             "timing primitives captured before the import; static pre-check", HONEST),
-    Exploit("stats forgery", A + "stats_forgery.py", "flagged", "timing_envelope",
-            "the parent's own clock around the timing phase, less the trusted side's calibrated loop cost",
-            A + "stats_forgery_honest.py"),
+    Exploit("forged window: no work, computed at the hand-over", A + "lazy_window.py", "flagged", "handover_time",
+            "a window's time is the parent's clock; so is the hand-over of the outputs it picks after the window, "
+            "which may take only what saving them takes", A + "lazy_window_honest.py"),
     Exploit("fake result on the result channel", A + "fake_result_channel.py", "flagged", "protocol",
-            "the parent enforces the order of the channel's messages", HONEST),
+            "the parent takes only the reply its command names, with the command's nonce", HONEST),
+    Exploit("the protocol spoken by the submission", A + "fake_replies.py", "flagged", "protocol",
+            "replies are evidence, not verdicts: the parent takes one reply per command it sent, and a window "
+            "answered without work still has to hand over outputs judged element by element", HONEST),
+    Exploit("seed read to tell trials from timed calls", A + "seed_reader.py", "passed", None,
+            "timed inputs made under a forked RNG state from seeds sent only when the window opens: "
+            "torch.initial_seed() tells nothing", HONEST),
+    Exploit("profile hook inflating the subtracted overhead", A + "profile_hook_spin.py", "flagged", "static:profile_hook",
+            "the empty window is timed in the trusted process, out of the hook's reach; static pre-check", HONEST),
+    Exploit("timing module patched through an alias", A + "timing_alias_patch.py", "flagged", "timed_outputs",
+            "the window's outputs are judged element by element in the trusted process; static pre-check", HONEST),
+    Exploit("constant with the right sums once timed", A + "constant_once_timed.py", "flagged", "timed_outputs",
+            "timed outputs compared element by element, not by sums", A + "constant_once_timed_honest.py",
+            problem="level1/23", problems_dir="tests/fixtures/problems"),
+    Exploit("low precision once timed", A + "precision_once_timed.py", "flagged", "timed_outputs",
+            "timed outputs compared element by element at the problem's tolerance", HONEST),
     Exploit("fake result on stdout", A + "fake_result_stdout.py", "wrong_answer", None,
             "stdout is a log, never parsed; verdicts come from the trusted judge", HONEST),
     Exploit("early exit", A + "early_exit.py", "crashed", None,
@@ -69,7 +86,8 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("input mutation", A + "input_mutation.py", "flagged", "input_mutation",
             "inputs compared with a copy after each correctness call", A + "input_mutation_honest.py"),
     Exploit("redefined problem sizes", A + "redefined_problem_sizes.py", "flagged", "timed_outputs",
-            "inputs come from the harness's problem file under its seed; timed-output fingerprints", HONEST),
+            "inputs come from the harness's problem file under its seed; timed outputs judged element by element",
+            HONEST),
     Exploit("global TF32 switch", S + "l30_tf32_flags.py", "flagged", "global_torch_flags",
             "torch numerics flags snapshotted after import, construction and the trials", HONEST),
     Exploit("precision downgrade to bf16", A + "precision_downgrade_bf16.py", "wrong_answer", None,
@@ -85,3 +103,18 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("frame walk", A + "frame_walk.py", "flagged", "static:introspection",
             "the candidate's process holds no expected output, seed or judge; static pre-check", HONEST),
 )
+
+
+def markdown_table() -> str:
+    """The corpus as docs/integrity.md shows it (a test checks the doc holds exactly this)."""
+    rows = ["| class | fixture | expected | defence that catches it | honest twin | runs on |",
+            "|---|---|---|---|---|---|"]
+    for e in CORPUS:
+        expected = " or ".join(f"`{v}`" for v in e.verdict.split("|"))
+        if e.flag:
+            expected += f" `{e.flag.rstrip('?')}`" + (" (if flagged)" if e.flag.endswith("?") else "")
+        where = "GPU" if e.gpu else "CPU + GPU"
+        fixture = e.fixture.rsplit("/", 1)[-1] + (f" on `{e.problem}`" if e.problem != "level2/30" else "")
+        rows.append(f"| {e.name} | `{fixture}` | {expected} | {e.defence} | `{e.twin.rsplit('/', 1)[-1]}` | "
+                    f"{where} |")
+    return "\n".join(rows) + "\n"

@@ -6,6 +6,8 @@ under the `gpu` marker. docs/integrity.md must list every class.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness.problems import get_registry
@@ -16,24 +18,29 @@ from harness.verdicts import Verdict
 from .corpus import CORPUS, ROOT, Exploit
 
 CPU = [e for e in CORPUS if not e.gpu]
-TWINS = sorted({(e.problem, e.twin) for e in CORPUS})
-CPU_TWINS = sorted({(e.problem, e.twin) for e in CPU})
+TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CORPUS})
+CPU_TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CPU})
 
 
-def _evaluate(settings, problem: str, path: str, device: str) -> EvalResult:
+def _evaluate(settings, problem: str, path: str, device: str, problems_dir: str | None = None) -> EvalResult:
     # No torch.compile baseline: it costs ~15 s an evaluation and no exploit here needs it.
     text = (ROOT / path).read_text()
-    return evaluate(get_registry().get(problem), text,
-                    EvalOptions(device=device, size="small", compile_baseline="off"), settings)
+    spec = get_registry(ROOT / problems_dir if problems_dir else None).get(problem)
+    size = "small" if "small" in spec.sizes else "default"
+    return evaluate(spec, text, EvalOptions(device=device, size=size, compile_baseline="off"), settings)
 
 
 def _show(tag: str, r: EvalResult) -> None:
-    print(f"\n{tag}: {r.verdict.value} {[f.check for f in r.flags]} :: {r.message[:200]}")
-    for f in r.flags:
-        print(f"    {f.check}: {f.detail[:300]}")
+    """The verdict line, printed, and appended to $HARNESS_CORPUS_LOG where set (parallel runs print nothing)."""
+    lines = [f"{tag}: {r.verdict.value} {[f.check for f in r.flags]} :: {r.message[:200]}"]
+    lines += [f"    {f.check}: {f.detail[:300]}" for f in r.flags]
     k = r.observations.kernels
     if k is not None and (k.error or k.names is None):
-        print(f"    kernel trace failed: {k.error}")
+        lines.append(f"    kernel trace failed: {k.error}")
+    print("\n" + "\n".join(lines))
+    if os.environ.get("HARNESS_CORPUS_LOG"):
+        with open(os.environ["HARNESS_CORPUS_LOG"], "a") as log:
+            log.write(" | ".join(lines) + "\n")
 
 
 def _check(e: Exploit, r: EvalResult) -> None:
@@ -53,39 +60,40 @@ def _check(e: Exploit, r: EvalResult) -> None:
 
 def _twin_passes(r: EvalResult, path: str) -> None:
     assert r.verdict == Verdict.passed, f"{path}: {r.verdict.value}: {r.message}\n{r.log_excerpt}"
-    assert not {f.check for f in r.flags} - {"no_custom_kernel"}, r.flags
+    # Unranked, not failed: a pure-PyTorch twin, or windows a busy host made too noisy to rank.
+    assert not {f.check for f in r.flags} - {"no_custom_kernel", "timing_unreliable"}, r.flags
 
 
 @pytest.mark.parametrize("e", CPU, ids=[e.name for e in CPU])
 def test_exploit_gets_its_verdict_on_the_cpu(settings, e):
-    _check(e, _evaluate(settings, e.problem, e.fixture, "cpu"))
+    _check(e, _evaluate(settings, e.problem, e.fixture, "cpu", e.problems_dir))
 
 
-@pytest.mark.parametrize(("problem", "path"), CPU_TWINS, ids=[p for _, p in CPU_TWINS])
-def test_honest_twin_passes_on_the_cpu(settings, problem, path):
-    _twin_passes(_evaluate(settings, problem, path, "cpu"), path)
+@pytest.mark.parametrize(("problem", "path", "problems_dir"), CPU_TWINS, ids=[p for _, p, _ in CPU_TWINS])
+def test_honest_twin_passes_on_the_cpu(settings, problem, path, problems_dir):
+    _twin_passes(_evaluate(settings, problem, path, "cpu", problems_dir or None), path)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("e", CORPUS, ids=[e.name for e in CORPUS])
 def test_exploit_gets_its_verdict_on_the_gpu(settings, e):
-    r = _evaluate(settings, e.problem, e.fixture, "cuda")
+    r = _evaluate(settings, e.problem, e.fixture, "cuda", e.problems_dir)
     _show(f"CORPUS {e.name!r}", r)
     _check(e, r)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("problem", "path"), TWINS, ids=[p for _, p in TWINS])
-def test_honest_twin_passes_on_the_gpu(settings, problem, path):
-    r = _evaluate(settings, problem, path, "cuda")
+@pytest.mark.parametrize(("problem", "path", "problems_dir"), TWINS, ids=[p for _, p, _ in TWINS])
+def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir):
+    r = _evaluate(settings, problem, path, "cuda", problems_dir or None)
     _show(f"TWIN {path}", r)
     _twin_passes(r, path)
     if path.startswith("reference_solutions/"):
         assert r.observations.kernels.custom, r.observations.kernels
 
 
-def test_docs_list_every_exploit_class():
-    doc = (ROOT / "docs" / "integrity.md").read_text()
-    for e in CORPUS:
-        assert f"| {e.name} |" in doc, e.name
-        assert e.fixture.rsplit("/", 1)[-1] in doc, e.fixture
+def test_docs_show_the_corpus_as_it_is_in_code():
+    from .corpus import markdown_table
+
+    assert markdown_table() in (ROOT / "docs" / "integrity.md").read_text(), \
+        "docs/integrity.md's corpus table is not tests/sandbox/corpus.py's markdown_table()"

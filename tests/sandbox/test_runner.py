@@ -28,9 +28,15 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
         assert out.got_shape == [1, 256, 128, 1] and out.max_abs_err is not None and out.max_abs_err <= 1e-4
         assert out.err_vs_fp64 is not None and out.ref_err_vs_fp64 is not None
     assert o.determinism is not None and o.determinism.bitwise_equal
-    assert o.candidate_timing is not None and o.candidate_timing.clock == "perf_counter"
+    assert o.candidate_timing is not None and o.candidate_timing.clock == "parent_window"
+    assert o.candidate_timing.n == 3 and len(o.candidate_timing.windows_ms) == 3  # the test settings' windows
     assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
+    assert o.eager_timing.calls_per_window == o.candidate_timing.calls_per_window
     assert r.speedup_vs_eager == pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
+    check = o.timed_outputs  # two outputs of each window, picked after it, judged element by element
+    assert check is not None and check.reported == check.expected == 6 and len(check.calls) == 6
+    assert all(c.outputs and c.outputs[0].max_abs_err == 0.0 for c in check.calls)
+    assert len(check.handover_ms) == len(check.reference_save_ms) == 3
     assert o.state_dict is not None and set(o.state_dict.copied) == {
         "gemm.weight", "gemm.bias", "group_norm.weight", "group_norm.bias", "bias"}
     p = r.provenance
@@ -38,11 +44,10 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert r.problem.id == "gemm-groupnorm-min-biasadd" and r.problem.size == "small"
     # Where the wall time went, phase by phase in the order the parent waited for them, adding up to the
     # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
-    # preparation runs during its import, and the parent waits for the import (which imports torch).
-    assert list(o.phases) == ["reference_start", "probe", "candidate_import", "reference_prepare",
-                              "candidate_construct", "candidate_trials", "judge", "candidate_warmup",
-                              "candidate_timing", "candidate_exit", "check_timed_outputs", "reference_timing",
-                              "teardown"]
+    # preparation runs during its import.
+    assert list(o.phases) == ["reference_start", "probe", "reference_prepare", "candidate_import",
+                              "candidate_construct", "candidate_trials", "judge", "timing_warmup", "timed_windows",
+                              "peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
     assert sum(o.phases.values()) == pytest.approx(p.wall_s, abs=0.5)

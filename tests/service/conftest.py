@@ -19,7 +19,7 @@ REPO = Path(__file__).parents[2]
 @pytest.fixture
 def svc_settings(tmp_path, database_url) -> Settings:
     """Quick CPU evaluations, short leases, no retry back-off."""
-    return Settings(data_dir=tmp_path / "data", database_url=database_url, timed_calls_cpu=3, warmup_calls=1,
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, timing_windows_cpu=3, window_ms_cpu=20.0,
                     lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0)
 
 
@@ -33,7 +33,8 @@ def svc_db(svc_settings):
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment a `harness` subprocess needs to use these settings."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_DATA_DIR": str(settings.data_dir),
-           "HARNESS_TIMED_CALLS_CPU": str(settings.timed_calls_cpu), "HARNESS_WARMUP_CALLS": str(settings.warmup_calls),
+           "HARNESS_TIMING_WINDOWS_CPU": str(settings.timing_windows_cpu),
+           "HARNESS_WINDOW_MS_CPU": str(settings.window_ms_cpu),
            "HARNESS_LEASE_S": str(settings.lease_s), "HARNESS_WORKER_POLL_S": str(settings.worker_poll_s),
            "HARNESS_RETRY_DELAY_S": str(settings.retry_delay_s),
            # These tests are about the service; the sandbox's own tests cover the refusal. Where the platform

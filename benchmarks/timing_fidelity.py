@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Timing fidelity on the parent's clock: A/A runs and the reference solutions against the profiler.
+
+    python benchmarks/timing_fidelity.py --repeats 5 --json $OUT/fidelity.json            # A/A, six problems
+    python benchmarks/timing_fidelity.py --solutions --repeats 3 --json $OUT/solutions.json
+
+A/A: each problem's reference, renamed ModelNew, evaluated against itself through the whole pipeline
+(`harness.sandbox.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
+interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of them.
+--solutions: the reference solutions instead, each also profiled in this process (CUPTI: the sum of its
+kernels' device time per call, inputs made and L2 flushed outside the profile), so the harness's time per
+call can be set against the kernels' own.
+Speedups are vs eager (torch.compile off: it adds compile time and is not what fidelity is about).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.config import get_settings  # noqa: E402
+from harness.problems import get_registry  # noqa: E402
+from harness.sandbox.runner import EvalOptions, evaluate, precompile, probe_device  # noqa: E402
+
+SOLUTIONS = REPO / "reference_solutions"
+
+
+def solution_for(kernelbench_id: str) -> Path:
+    (path,) = SOLUTIONS.glob(f"level2_{kernelbench_id.split('/')[1]}_*.py")
+    return path
+
+
+def profiled_kernel_ms(path: Path, spec, calls: int = 20) -> float:
+    """The solution's kernels' device time per call (CUPTI), in this process, at the problem's default size."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.sandbox import problem_module
+    from harness.sandbox.protocol import ProblemLoad
+
+    problem = problem_module.load_problem(ProblemLoad(path=spec.source_path, overrides=spec.size("default").overrides),
+                                          module_name=f"_fidelity_{spec.kernelbench_id.replace('/', '_')}")
+    module_spec = importlib.util.spec_from_file_location(f"_solution_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    device = torch.device("cuda")
+    model = module.ModelNew(*problem.get_init_inputs()).to(device)
+    flush = torch.empty(256 << 18, dtype=torch.float32, device=device)
+    inputs = [problem_module.seeded_inputs(problem, i, device) for i in range(calls)]
+    def device_ms(call) -> float:
+        """Device time of the CUDA kernels of `calls` rounds of: flush, call, sync."""
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for x in inputs:
+                flush.zero_()
+                call(x)
+                torch.cuda.synchronize()
+        return sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3
+
+    with torch.no_grad():
+        for x in inputs[:3]:
+            model(*x)
+        torch.cuda.synchronize()
+        # The flush's own kernels, profiled the same way without the call, are taken off.
+        return (device_ms(lambda x: model(*x)) - device_ms(lambda x: None)) / calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("problems", nargs="*", help="KernelBench numbers (default: all six built-ins)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--solutions", action="store_true", help="the reference solutions, not A/A")
+    parser.add_argument("--json", type=Path, help="write raw results here")
+    args = parser.parse_args()
+    settings = get_settings()
+    specs = [s for s in get_registry().all() if not args.problems or s.kernelbench_id.split("/")[1] in args.problems]
+    target = probe_device("cuda", settings)
+    print(f"{target.device_name}, driver {target.driver_version}, torch {target.torch_version}, "
+          f"CUDA {target.cuda_version}", flush=True)
+    texts = {s.id: solution_for(s.kernelbench_id).read_text() if args.solutions
+             else s.source().replace("class Model(", "class ModelNew(") for s in specs}
+    if args.solutions:
+        for s in specs:
+            precompile(texts[s.id], target, settings)
+    runs: dict[str, list[dict]] = {s.id: [] for s in specs}
+    t0 = time.monotonic()
+    for i in range(args.repeats):
+        for s in specs:
+            r = evaluate(s, texts[s.id], EvalOptions(device="cuda", size="default", compile_baseline="off",
+                                                     target=target), settings)
+            o = r.observations
+            row = {"verdict": r.verdict.value, "flags": [f.check for f in r.flags], "speedup": r.speedup_vs_eager,
+                   "candidate_ms": o.candidate_timing.median_ms if o.candidate_timing else None,
+                   "eager_ms": o.eager_timing.median_ms if o.eager_timing else None,
+                   "candidate_spread": o.candidate_timing.spread if o.candidate_timing else None,
+                   "eager_spread": o.eager_timing.spread if o.eager_timing else None,
+                   "calls_per_window": o.candidate_timing.calls_per_window if o.candidate_timing else None,
+                   "wall_s": r.provenance.wall_s if r.provenance else None, "phases": o.phases,
+                   "message": r.message[:300]}
+            runs[s.id].append(row)
+            print(f"[{i + 1}/{args.repeats}] {s.kernelbench_id} {row['verdict']} {row['flags']} "
+                  f"speedup {row['speedup'] or 0:.4f} cand {row['candidate_ms'] or 0:.4f} ms eager "
+                  f"{row['eager_ms'] or 0:.4f} ms (window spread {row['candidate_spread'] or 0:.2%} / "
+                  f"{row['eager_spread'] or 0:.2%}) wall {row['wall_s'] or 0:.1f} s", flush=True)
+    print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
+    table = []
+    for s in specs:
+        speedups = [r["speedup"] for r in runs[s.id] if r["speedup"]]
+        cand = [r["candidate_ms"] for r in runs[s.id] if r["candidate_ms"]]
+        row = {"problem": s.kernelbench_id, "passed": sum(r["verdict"] == "passed" for r in runs[s.id]),
+               "runs": len(runs[s.id]), "median_speedup": statistics.median(speedups) if speedups else None,
+               "speedup_spread": (max(speedups) - min(speedups)) / statistics.median(speedups) if speedups else None,
+               "median_candidate_ms": statistics.median(cand) if cand else None}
+        if args.solutions:
+            row["profiler_ms"] = profiled_kernel_ms(solution_for(s.kernelbench_id), s)
+            row["harness_over_profiler"] = row["median_candidate_ms"] / row["profiler_ms"] - 1 if cand else None
+        table.append(row)
+    head = "| problem | passed | median speedup vs eager | spread (max-min)/median | median ms |"
+    sep = "|---|---|---|---|---|"
+    if args.solutions:
+        head, sep = head + " profiler ms | harness / profiler |", sep + "---|---|"
+    print("\n" + head + "\n" + sep)
+    for row in table:
+        line = (f"| {row['problem']} | {row['passed']}/{row['runs']} | {row['median_speedup'] or 0:.4f}x | "
+                f"{row['speedup_spread'] or 0:.2%} | {row['median_candidate_ms'] or 0:.4f} |")
+        if args.solutions:
+            line += f" {row['profiler_ms']:.4f} | {row['harness_over_profiler'] or 0:+.2%} |"
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps({"device": target.model_dump(mode="json"), "table": table, "runs": runs},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The parent's handles on its two children: send a command, wait for its reply, on the parent's clock. No torch.
+
+The trusted child is the harness's own code: its failure is the harness's (`TrustedFailed`, infra_error).
+The candidate's process is the submission's: the parent takes from it only the reply the command it sent
+names, carrying that command's nonce, before the command's deadline. Anything else (a message out of turn,
+a reply to no command, silence, an exit) stops the evaluation there with the reason in `obs`
+(`CandidateStopped`); nothing it says is a figure the parent believes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness import kernels
+from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
+from harness.sandbox.protocol import REPLIES, CandidateCommand
+from harness.schema import ChildError, ChildExit, FlagChange, KernelTrace, Observations
+from harness.verdicts import Phase
+
+
+class TrustedFailed(Exception):
+    pass
+
+
+class Trusted:
+    """The trusted child: `call` sends a command and returns its reply's fields and the parent's clock around it."""
+
+    def __init__(self, proc: ChildProcess, timeout_s: float):
+        self.proc = proc
+        self.timeout_s = timeout_s
+        self.pending: tuple[str | None, float, float] = (None, 0.0, 0.0)  # command, deadline, limit
+        self.sent_at = 0.0
+
+    def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
+        self.send(command, timeout_s)
+        return self.wait(reply).fields
+
+    def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> float:
+        """Milliseconds on the parent's clock from sending the command to receiving its reply."""
+        self.send(command, timeout_s)
+        return (self.wait(reply).received_at - self.sent_at) * 1e3
+
+    def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
+        """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""
+        limit = timeout_s or self.timeout_s
+        self.sent_at = time.monotonic()
+        self.pending = (command.get("cmd"), self.sent_at + limit, limit)
+        self.proc.send(command)
+
+    def wait(self, reply: str) -> Message:
+        """The answer to the command last sent."""
+        cmd, deadline, limit = self.pending
+        try:
+            while True:
+                msg = self.proc.next_message(deadline)
+                if msg.event == reply:
+                    return msg
+                if msg.event == "failed":
+                    raise TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))
+        except Deadline:
+            raise TrustedFailed(f"no answer to {cmd!r} within {limit:g} s") from None
+        except ChildExited:
+            code = self.proc.wait_exit(5)
+            raise TrustedFailed(
+                f"the trusted process ended (code {code}) during {cmd!r}:\n{self.proc.log_tail()}"
+            ) from None
+
+
+class CandidateStopped(Exception):
+    """The candidate's process goes no further; `obs` says why."""
+
+
+class Candidate:
+    """The candidate's process, driven command by command. `finish` always ends it and records how it ended."""
+
+    def __init__(self, proc: ChildProcess, obs: Observations, builds: Path, release_build: contextlib.ExitStack,
+                 kill_grace_s: float):
+        self.proc, self.obs, self.builds = proc, obs, builds
+        self.release_build = release_build
+        self.kill_grace_s = kill_grace_s
+        self.exit = ChildExit(phase=Phase.compile)
+        self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
+        self.sent_at = 0.0
+
+    def await_imported(self, limit_s: float) -> Message:
+        """The first message, 'imported', within the compile limit counted from the process's start."""
+        self.exit.deadline_s = limit_s
+        msg = self._next(self.proc.started_at + limit_s, "the end of the import")
+        if msg.event != "imported":
+            self._violation(f"{msg.event!r} where 'imported' was due")
+        self._note_flags(msg.fields)
+        self.obs.candidate_import_s = msg.received_at - self.proc.started_at
+        return msg
+
+    def request(self, command: CandidateCommand, limit_s: float, phase: Phase) -> Message:
+        """Send `command`; its reply (with its nonce) within `limit_s` on the parent's clock, else CandidateStopped.
+        The reply's `received_at` less `sent_at` is the command's time."""
+        self.exit.phase, self.exit.deadline_s = phase, limit_s
+        self.sent_at = time.monotonic()
+        try:
+            self.proc.send(command.model_dump_json())
+        except ChildExited:
+            raise CandidateStopped from None
+        want = REPLIES[command.cmd]
+        msg = self._next(self.sent_at + limit_s, f"the reply to {command.cmd!r}")
+        if msg.event == "invalid" and command.cmd == "construct" and msg.fields.get("nonce") == command.nonce:
+            self.obs.static_error = str(msg.fields.get("message", "ModelNew cannot be constructed"))
+            self.exit.finished = True
+            raise CandidateStopped
+        if msg.event != want:
+            self._violation(f"{msg.event!r} where the reply to {command.cmd!r} was due")
+        if msg.fields.get("nonce") != command.nonce:
+            self._violation(f"a {want!r} that answers no command the harness sent (wrong nonce)")
+        self._note_flags(msg.fields)
+        return msg
+
+    def stop(self) -> None:
+        """The harness ends the conversation (done, or the candidate failed a gate): the process should exit."""
+        self.exit.finished = True
+        with contextlib.suppress(ChildExited):
+            self.proc.send("exit")
+
+    def finish(self) -> None:
+        """End the process (its whole group), release the build dir, record how it ended. Idempotent."""
+        if self.exit.finished:
+            self.proc.wait_exit(self.kill_grace_s + 10)  # the pipe closes a moment before the process is reapable
+        self.proc.kill()
+        code = self.proc.proc.returncode
+        self.exit.returncode = code
+        self.exit.signal = None if self.exit.finished else describe_returncode(code)
+        if self.proc.killed_by_parent and not self.exit.timed_out and not self.exit.finished:
+            self.exit.signal = f"{self.exit.signal or 'a signal'} from the harness (it closed its channel but did " \
+                               "not exit)"
+        self.proc.reap()
+        self.release_build.close()
+        extra = self.proc.drain()
+        if extra and self.exit.finished and not self.obs.protocol_violations and self.obs.candidate_error is None:
+            self.obs.protocol_violations.append(f"{len(extra)} message(s) that answer no command (the first: "
+                                                f"{extra[0].event!r})")
+        if self.dismissed:
+            return
+        if self.proc.garbage_lines:
+            self.obs.protocol_violations.append(f"{self.proc.garbage_lines} line(s) on the channel that are not "
+                                                "harness messages")
+        self.obs.candidate_exit = self.exit
+        self.obs.log_tail = self.proc.log_tail()
+        if self.obs.kernels is not None and self.obs.kernels.names is not None:
+            self.obs.kernels.custom = kernels.custom_kernels(self.obs.kernels.names,
+                                                             kernels.extension_symbols(self.builds))
+
+    def record_trace(self, fields: dict[str, Any]) -> None:
+        self.obs.kernels = KernelTrace(names=fields.get("names"), error=fields.get("error"))
+
+    def _next(self, deadline: float, awaited: str) -> Message:
+        try:
+            msg = self.proc.next_message(deadline)
+        except Deadline:
+            self.exit.timed_out = True
+            raise CandidateStopped from None
+        except ChildExited:
+            raise CandidateStopped from None
+        if msg.event == "error":
+            try:
+                self.obs.candidate_error = ChildError.model_validate(msg.fields)
+            except ValidationError as e:
+                self._violation(f"a malformed 'error' message: {e}")
+            self.exit.finished = True
+            raise CandidateStopped
+        return msg
+
+    def _note_flags(self, fields: dict[str, Any]) -> None:
+        """Global torch settings the candidate's process says it found changed: a claim only against itself."""
+        try:
+            changes = [FlagChange.model_validate(c) for c in fields.get("flag_changes") or []]
+        except ValidationError as e:
+            self._violation(f"malformed flag changes: {e}")
+        known = {(c.name, c.when) for c in self.obs.flag_changes}
+        self.obs.flag_changes += [c for c in changes if (c.name, c.when) not in known]
+
+    def _violation(self, what: str) -> None:
+        self.obs.protocol_violations.append(what)
+        raise CandidateStopped
+

@@ -1,0 +1,74 @@
+"""Timed windows on the parent's clock: how long a window is, and what its wall times mean. No torch.
+
+The parent opens a window by sending N fresh seeds; the process makes each call's inputs from its seed,
+flushes the L2, runs the call and waits for the device, and answers when all N are done. The parent's
+monotonic clock from send to answer is the window's wall time. Windows of the candidate, eager and
+torch.compile alternate round by round, with a window around a call that does nothing (in the trusted
+process) beside them, so drift hits all alike. A kind's time per call is, for each of its windows, the
+window's wall time less the median empty window's, over N; its figure is the median over windows.
+
+Everything here is arithmetic on figures the parent measured itself: the candidate reports none of them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from harness.schema import TimingStats
+
+MAX_CALLS_PER_WINDOW = 2000
+# The outputs a window keeps until its hand-over (a candidate keeps every call's: which are picked is
+# decided after the window closes).
+KEPT_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
+PICKS_PER_WINDOW = 2
+
+
+def calls_per_window(reference_call_ms: float, output_bytes: int, device: str, window_ms: float) -> int:
+    """How many calls a window holds: enough that it lasts `window_ms` at the reference's speed (so the IPC
+    round trip, 0.1-0.3 ms, is under 1% of a 30 ms window), no more than the kept outputs' memory allows, and
+    at least one."""
+    want = math.ceil(window_ms / max(reference_call_ms, 1e-3))
+    fits = KEPT_BYTES[device] // max(output_bytes, 1)
+    return max(1, min(want, fits, MAX_CALLS_PER_WINDOW))
+
+
+def spread(values: list[float]) -> float:
+    """Interquartile range over median (0 for fewer than 2 values or a zero median)."""
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    med = statistics.median(values)
+    return (q[2] - q[0]) / med if med > 0 else 0.0
+
+
+@dataclass
+class WindowSeries:
+    """The wall times (ms, parent's clock) of one kind's windows, each of `calls` calls."""
+
+    calls: int
+    wall_ms: list[float]
+
+    def per_call_ms(self, empty_ms: float) -> list[float]:
+        return [max(w - empty_ms, 0.0) / self.calls for w in self.wall_ms]
+
+
+def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
+    """One kind's timing figures: median over windows of (window - median empty window) / calls."""
+    empty_ms = statistics.median(empty.wall_ms)
+    per_call = series.per_call_ms(empty_ms)
+    raw = [w / series.calls for w in series.wall_ms]
+    return TimingStats(
+        clock="parent_window", n=len(per_call), calls_per_window=series.calls,
+        median_ms=statistics.median(per_call), raw_median_ms=statistics.median(raw),
+        mean_ms=statistics.fmean(per_call), min_ms=min(per_call), max_ms=max(per_call),
+        std_ms=statistics.pstdev(per_call) if len(per_call) > 1 else 0.0,
+        overhead_ms=empty_ms / series.calls, spread=spread(per_call), windows_ms=[round(w, 4) for w in series.wall_ms],
+    )
+
+
+# What a hand-over may take beyond the trusted side's own save of outputs of the same sizes (host noise:
+# page cache, scheduling). grading.py compares the excess with this slack or with half the credited time of
+# the picked calls, whichever is larger.
+HANDOVER_SLACK_MS = {"cuda": 3.0, "cpu": 40.0}

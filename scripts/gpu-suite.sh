@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The project's gpu tests in one command on a GPU host, stage by stage, each with a one-line summary.
+#   scripts/gpu-suite.sh [stage ...]      stages: corpus sandbox service solutions (default: all, in that order)
+# corpus, sandbox and service run their tests in parallel processes (pytest-xdist, GPU_SUITE_WORKERS, default 4:
+# evaluations there judge verdicts, not speed); solutions runs alone, since it checks the reference solutions'
+# timing flags. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs: $OUT/<stage>.log, and
+# each corpus entry's verdict line in $OUT/corpus-verdicts.log.
+set -uo pipefail
+. "$(dirname "$0")/device-env.sh"
+export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
+export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
+workers=${GPU_SUITE_WORKERS:-4}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(corpus sandbox service solutions)
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
+git log -1 --format='commit %h %s' 2>/dev/null || true
+
+stage() {  # stage NAME PARALLEL PYTEST-ARGS...
+  local name=$1 parallel=$2 t0=$SECONDS rc
+  shift 2
+  local xdist=()
+  [ "$parallel" = yes ] && [ "$workers" -gt 1 ] && xdist=(-n "$workers")
+  python3 -m pytest -m gpu -q -p no:cacheprovider -rfE "${xdist[@]}" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  printf 'stage %-9s rc %d in %4d s: %s\n' "$name" "$rc" $((SECONDS - t0)) "$(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1)"
+  return $rc
+}
+
+status=0
+for s in "${stages[@]}"; do
+  case "$s" in
+    corpus) stage corpus yes tests/sandbox/test_corpus.py || status=1 ;;
+    sandbox) stage sandbox yes tests/sandbox --ignore=tests/sandbox/test_corpus.py || status=1 ;;
+    service) stage service yes tests/service || status=1 ;;
+    solutions) stage solutions no tests/reference_solutions || status=1 ;;
+    *) echo "unknown stage $s (corpus sandbox service solutions)"; exit 2 ;;
+  esac
+done
+[ -f "$HARNESS_CORPUS_LOG" ] && sort "$HARNESS_CORPUS_LOG" > "$OUT/corpus-verdicts.sorted.log"
+exit $status

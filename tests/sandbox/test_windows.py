@@ -1,0 +1,45 @@
+"""The window arithmetic (harness/sandbox/windows.py), in process: no children, no GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.sandbox import windows
+from harness.sandbox.windows import WindowSeries
+
+
+def test_a_window_lasts_its_target_at_the_references_speed():
+    assert windows.calls_per_window(3.0, 32 << 20, "cuda", 30.0) == 10
+    assert windows.calls_per_window(0.004, 4096, "cuda", 30.0) == windows.MAX_CALLS_PER_WINDOW  # microseconds
+    assert windows.calls_per_window(500.0, 4096, "cuda", 30.0) == 1  # a slow call: one per window
+
+
+def test_a_window_keeps_no_more_outputs_than_memory_allows():
+    # level2/37's 537 MB output: a 30 ms window would want 6 calls of 5 ms; 4 GiB holds 7, so memory does not bind;
+    # a 2 GiB output would.
+    assert windows.calls_per_window(5.0, 537 << 20, "cuda", 30.0) == 6
+    assert windows.calls_per_window(5.0, 2 << 30, "cuda", 30.0) == 2
+    assert windows.calls_per_window(0.01, 8 << 30, "cuda", 30.0) == 1
+
+
+def test_stats_take_the_median_empty_window_off_each_window():
+    empty = WindowSeries(calls=10, wall_ms=[1.0, 1.2, 0.8])
+    s = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0]), empty)
+    assert s.clock == "parent_window" and s.n == 3 and s.calls_per_window == 10
+    assert s.median_ms == pytest.approx(3.0) and s.raw_median_ms == pytest.approx(3.1)
+    assert s.overhead_ms == pytest.approx(0.1) and s.min_ms == pytest.approx(2.8) and s.max_ms == pytest.approx(3.2)
+    assert s.windows_ms == [31.0, 33.0, 29.0]
+
+
+def test_a_window_shorter_than_the_empty_one_counts_as_zero_not_negative():
+    s = windows.stats(WindowSeries(calls=4, wall_ms=[0.5, 0.6, 0.4]), WindowSeries(calls=4, wall_ms=[1.0, 1.0, 1.0]))
+    assert s.median_ms == 0.0 and s.min_ms == 0.0
+
+
+def test_spread_is_the_interquartile_range_over_the_median():
+    assert windows.spread([1.0]) == 0.0
+    assert windows.spread([10.0, 10.0, 10.0, 10.0]) == 0.0
+    assert windows.spread([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    # One slow window in fifteen (a hiccup of the host) barely moves it.
+    steady = [10.0] * 14 + [50.0]
+    assert windows.spread(steady) == 0.0
