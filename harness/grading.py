@@ -136,7 +136,7 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
         return Grade(Verdict.infra_error, f"only {len(obs.trials)} of {obs.trials_expected} trials were judged")
     for trial in obs.trials:
         label = str(trial.trial) if trial.inputs == "get_inputs" else f"{trial.trial} ({trial.inputs} inputs)"
-        g = _grade_trial(label, trial.structure_error, trial.outputs, tol)
+        g = _grade_trial(label, trial.structure_error, trial.outputs, tol, trial.file_error)
         if g is not None:
             return g
     g = _timed_outputs(obs, tol)
@@ -168,7 +168,7 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     elif timed.mismatches:  # results stored before outputs were judged element by element
         problem = "; ".join(timed.mismatches)
     for call in timed.calls:
-        g = _grade_trial(f"of timed call {call.trial}", call.structure_error, call.outputs, tol)
+        g = _grade_trial(f"of timed call {call.trial}", call.structure_error, call.outputs, tol, call.file_error)
         if g is not None and problem is None:
             problem = (g.log_excerpt or g.message).removeprefix("trial ")
     if problem is not None:
@@ -193,7 +193,10 @@ def correct_so_far(obs: Observations, tol: Tolerance) -> bool:
     return grade(obs.model_copy(update={"static_findings": []}), tol).verdict == Verdict.passed
 
 
-def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance) -> Grade | None:
+def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance,
+                 file_error: str | None = None) -> Grade | None:
+    if file_error:  # the submission put something else where its output file belongs: its fault, never ours
+        return Grade(Verdict.runtime_error, f"trial {i}: {file_error}")
     if structure_error:
         return Grade(Verdict.shape_mismatch, f"trial {i}: {structure_error}")
     for o in outputs:
@@ -231,10 +234,12 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     # Parent-clock windows give the time per call net of the empty window, averaged over a window's calls. Results
     # timed in-process before them are judged on their raw median (an honest tiny kernel's net median there could
     # round to ~0 after its overhead was taken off).
-    seen = None if ct is None else ct.median_ms if ct.clock == "parent_window" or ct.raw_median_ms is None \
-        else ct.raw_median_ms
+    # A window's net time is only known to within the empty windows' noise: the time may be that much longer.
+    seen = None if ct is None else ct.median_ms + (ct.noise_ms or 0.0) if ct.clock == "parent_window" \
+        or ct.raw_median_ms is None else ct.raw_median_ms
     if sol is not None and seen is not None and seen < SOL_FACTOR * sol.floor_ms():
-        detail = (f"median {seen:.4g} ms, the floor {sol.floor_ms():.4g} ms ({sol.flops or 0:.3g} FLOP at "
+        detail = (f"median {seen:.4g} ms (with its noise), the floor {sol.floor_ms():.4g} ms "
+                  f"({sol.flops or 0:.3g} FLOP at "
                   f"{sol.flops_per_s / 1e12:.0f} TFLOP/s, {sol.min_bytes or 0:.3g} B at "
                   f"{sol.bytes_per_s / 1e9:.0f} GB/s)")
         return _flagged("speed_of_light", "the reported time is below what this GPU can physically do", detail)

@@ -60,6 +60,7 @@ class TrialFigures(BaseModel):
     trial: int
     inputs: str = "get_inputs"  # or the extra trial's distribution, e.g. "randn*2+0.5"
     structure_error: str | None = None  # e.g. "expected a Tensor, got tuple"
+    file_error: str | None = None  # the output file is not a regular file of acceptable size (a FIFO, a link)
     outputs: list[OutputFigures] = Field(default_factory=list)
 
 
@@ -88,6 +89,7 @@ class TimingStats(BaseModel):
     calls_per_window: int | None = None
     spread: float | None = None  # interquartile range over median of the per-window figures
     windows_ms: list[float] = Field(default_factory=list)  # each window's wall time, parent's clock
+    noise_ms: float | None = None  # the empty windows' interquartile range, per call: below it, a time is noise
 
 
 class ChildExit(BaseModel):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's gpu tests in one command on a GPU host, stage by stage, each with a one-line summary.
 #   scripts/gpu-suite.sh [stage ...]      stages: corpus sandbox service solutions (default: all, in that order)
-# corpus, sandbox and service run their tests in parallel processes (pytest-xdist, GPU_SUITE_WORKERS, default 4:
-# evaluations there judge verdicts, not speed); solutions runs alone, since it checks the reference solutions'
-# timing flags. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs: $OUT/<stage>.log, and
+# The exploits of the corpus, and the sandbox and service tests, run in parallel processes (pytest-xdist,
+# GPU_SUITE_WORKERS, default 4): they judge verdicts, not speed. What must pass unflagged (the corpus's honest
+# twins, the reference solutions) runs alone on the GPU, since evaluations side by side disturb each other's
+# timed windows. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs: $OUT/<stage>.log, and
 # each corpus entry's verdict line in $OUT/corpus-verdicts.log.
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh"
@@ -31,7 +32,8 @@ stage() {  # stage NAME PARALLEL PYTEST-ARGS...
 status=0
 for s in "${stages[@]}"; do
   case "$s" in
-    corpus) stage corpus yes tests/sandbox/test_corpus.py || status=1 ;;
+    corpus) stage exploits yes tests/sandbox/test_corpus.py -k exploit || status=1
+            stage twins no tests/sandbox/test_corpus.py -k "not exploit" || status=1 ;;
     sandbox) stage sandbox yes tests/sandbox --ignore=tests/sandbox/test_corpus.py || status=1 ;;
     service) stage service yes tests/service || status=1 ;;
     solutions) stage solutions no tests/reference_solutions || status=1 ;;

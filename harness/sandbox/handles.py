@@ -85,6 +85,7 @@ class Candidate:
         self.kill_grace_s = kill_grace_s
         self.exit = ChildExit(phase=Phase.compile)
         self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
+        self.channel_closed = False
         self.sent_at = 0.0
 
     def await_imported(self, limit_s: float) -> Message:
@@ -105,6 +106,7 @@ class Candidate:
         try:
             self.proc.send(command.model_dump_json())
         except ChildExited:
+            self.channel_closed = True
             raise CandidateStopped from None
         want = REPLIES[command.cmd]
         msg = self._next(self.sent_at + limit_s, f"the reply to {command.cmd!r}")
@@ -127,7 +129,7 @@ class Candidate:
 
     def finish(self) -> None:
         """End the process (its whole group), release the build dir, record how it ended. Idempotent."""
-        if self.exit.finished:
+        if self.exit.finished or self.channel_closed:
             self.proc.wait_exit(self.kill_grace_s + 10)  # the pipe closes a moment before the process is reapable
         self.proc.kill()
         code = self.proc.proc.returncode
@@ -163,6 +165,7 @@ class Candidate:
             self.exit.timed_out = True
             raise CandidateStopped from None
         except ChildExited:
+            self.channel_closed = True
             raise CandidateStopped from None
         if msg.event == "error":
             try:

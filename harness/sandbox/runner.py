@@ -321,7 +321,8 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
-        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"], device, window_ms)
+        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"], device, window_ms,
+                                         prepared["window_cost_ms"])
         rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
                                           else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline

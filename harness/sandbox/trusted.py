@@ -164,6 +164,12 @@ class Trusted:
         output_bytes = sum(o.numel() * o.element_size() for o in outputs)
         self.max_output_file = 4 * output_bytes + (64 << 20)
         self.flush = timing.l2_flush_buffer(self.device)
+        # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
+        seeds = list(range(-20, 0))
+        timing.run_window(timing.empty_call, self.module, seeds[:2], self.device, self.flush)
+        t0 = time.perf_counter()
+        timing.run_window(timing.empty_call, self.module, seeds, self.device, self.flush)
+        window_cost_ms = (time.perf_counter() - t0) * 1e3 / len(seeds)
         return {
             "device": self.device.type,
             "init_arg_count": len(init_args),
@@ -172,6 +178,7 @@ class Trusted:
             "output_bytes": output_bytes,
             # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
             "call_ms": 1e3 * min(call_s[1:] or call_s),
+            "window_cost_ms": window_cost_ms,
             "reference_torch_flags": torchflags.snapshot(),
         }
 
@@ -198,7 +205,7 @@ class Trusted:
         try:
             got, locations = self._load(path)
         except UntrustedFile as e:
-            return {"structure_error": str(e)}
+            return {"file_error": str(e)}
         except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return {"structure_error": f"the output is not made of plain torch.Tensors ({first[:300]})"}

@@ -25,22 +25,29 @@ KEPT_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 PICKS_PER_WINDOW = 2
 
 
-def calls_per_window(reference_call_ms: float, output_bytes: int, device: str, window_ms: float) -> int:
-    """How many calls a window holds: enough that it lasts `window_ms` at the reference's speed (so the IPC
-    round trip, 0.1-0.3 ms, is under 1% of a 30 ms window), no more than the kept outputs' memory allows, and
-    at least one."""
-    want = math.ceil(window_ms / max(reference_call_ms, 1e-3))
+def calls_per_window(reference_call_ms: float, output_bytes: int, device: str, window_ms: float,
+                     window_cost_ms: float = 0.0) -> int:
+    """How many calls a window holds: enough that it lasts about `window_ms` at the reference's speed, counting the
+    window's own cost per call (inputs, flush, wait), so the IPC round trip (0.1-0.3 ms) is under 1% of a 30 ms
+    window; no more than the kept outputs' memory allows; at least one."""
+    want = math.ceil(window_ms / max(reference_call_ms + window_cost_ms, 1e-3))
     fits = KEPT_BYTES[device] // max(output_bytes, 1)
     return max(1, min(want, fits, MAX_CALLS_PER_WINDOW))
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[2] - q[0]
 
 
 def spread(values: list[float]) -> float:
     """Interquartile range over median (0 for fewer than 2 values or a zero median)."""
     if len(values) < 2:
         return 0.0
-    q = statistics.quantiles(values, n=4, method="inclusive")
     med = statistics.median(values)
-    return (q[2] - q[0]) / med if med > 0 else 0.0
+    return _iqr(values) / med if med > 0 else 0.0
 
 
 @dataclass
@@ -65,7 +72,9 @@ def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
         mean_ms=statistics.fmean(per_call), min_ms=min(per_call), max_ms=max(per_call),
         std_ms=statistics.pstdev(per_call) if len(per_call) > 1 else 0.0,
         overhead_ms=empty_ms / series.calls, spread=spread(per_call), windows_ms=[round(w, 4) for w in series.wall_ms],
+        noise_ms=_iqr(empty.wall_ms) / series.calls,
     )
+
 
 
 # What a hand-over may take beyond the trusted side's own save of outputs of the same sizes (host noise:

@@ -78,6 +78,9 @@ CORPUS: tuple[Exploit, ...] = (
             problem="level1/23", problems_dir="tests/fixtures/problems"),
     Exploit("low precision once timed", A + "precision_once_timed.py", "flagged", "timed_outputs",
             "timed outputs compared element by element at the problem's tolerance", HONEST),
+    Exploit("output file replaced by a FIFO", A + "output_fifo.py", "runtime_error", None,
+            "files the candidate wrote are opened without following links or blocking, and must be regular files "
+            "of bounded size", HONEST, message_has="not a regular file"),
     Exploit("fake result on stdout", A + "fake_result_stdout.py", "wrong_answer", None,
             "stdout is a log, never parsed; verdicts come from the trusted judge", HONEST),
     Exploit("early exit", A + "early_exit.py", "crashed", None,

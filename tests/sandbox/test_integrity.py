@@ -21,14 +21,16 @@ def test_call_counting_fast_path_is_caught_by_checking_timed_outputs(settings):
     r = _run(settings, "level2/30", "call_counting_fast_path.py")
     assert r.verdict == Verdict.flagged, r.message
     assert [f.check for f in r.flags] == ["timed_outputs"]
-    assert r.observations.timed_outputs.checked and r.observations.timed_outputs.mismatches
+    check = r.observations.timed_outputs
+    assert check.checked and all(c.outputs[0].max_abs_err > 1e-4 for c in check.calls)
 
 
 def test_honest_model_passes_the_timed_output_check(run_fixture):
     r = run_fixture("level2/30", "l30_pytorch_correct.py")
     assert r.verdict == Verdict.passed, r.message
     check = r.observations.timed_outputs
-    assert check.reported == check.expected and check.checked and not check.mismatches
+    assert check.reported == check.expected and check.checked and all(c.outputs[0].max_abs_err <= 1e-4
+                                                                       for c in check.calls)
 
 
 def test_patching_the_timers_is_flagged_by_the_static_precheck(settings):
@@ -60,3 +62,10 @@ def test_a_structural_failure_is_not_hidden_behind_a_static_flag(run_fixture):
     r = run_fixture("level2/30", "l30_hang_forward.py", run_timeout_s=5)  # imports subprocess, then hangs
     assert r.verdict == Verdict.timeout
     assert [f.rule for f in r.observations.static_findings] == ["subprocess"]
+
+
+def test_windows_too_noisy_to_rank_pass_marked_timing_unreliable(settings):
+    r = _run(settings, "level2/30", "erratic_timing_honest.py", compile_baseline="off")
+    assert r.verdict == Verdict.passed, r.message
+    assert "timing_unreliable" in [f.check for f in r.flags]
+    assert r.observations.candidate_timing.spread > 0.10
