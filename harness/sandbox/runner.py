@@ -321,8 +321,8 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
-        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"], device, window_ms,
-                                         prepared["window_cost_ms"])
+        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"] + prepared["input_bytes"],
+                                         device, window_ms, prepared["window_cost_ms"])
         rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
                                           else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline
@@ -330,12 +330,15 @@ class _Evaluation:
         walls: dict[str, list[float]] = {"candidate": [], **{k: [] for k in kinds}}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
+        chance = windows.check_chance(rounds, prepared["output_bytes"])
         for r in range(-1, rounds):  # round -1 warms up: lazy initialisation, autotuning, torch.compile's compile
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             reply = self.candidate.request(Window(seeds=seeds), window_limit, Phase.timing)
             if r >= 0:
                 walls["candidate"].append((reply.received_at - self.candidate.sent_at) * 1e3)
-                self._handover(r, seeds, calls, check)
+                # Whether this window is checked is drawn only now that it has closed (the last one, if none was).
+                if secrets.SystemRandom().random() < chance or (r == rounds - 1 and not check.handover_ms):
+                    self._handover(r, seeds, calls, check)
             for kind in list(kinds):
                 try:
                     ms = self.trusted.timed_call(ReferenceWindowCommand(kind=kind, seeds=seeds).model_dump(mode="json"),

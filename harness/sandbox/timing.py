@@ -36,17 +36,20 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
 
 def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], device: torch.device,
                flush: torch.Tensor | None, keep: list[Any] | None = None) -> None:
-    """One window's calls. With `keep`, each call's output is appended to it (kept for a hand-over)."""
+    """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
+    device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
+    window measures the device; work a call leaves on other streams lands inside it. With `keep`, each call's
+    output is appended to it (kept for a hand-over)."""
     with torch.no_grad():
-        for seed in seeds:
-            inputs = seeded_inputs(problem, seed, device)
+        inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
+        for x in inputs:
             if flush is not None:
                 flush.zero_()
-            out = fn(*inputs)
-            synchronize(device)
+            out = fn(*x)
             if keep is not None:
                 keep.append(out)
-            del out, inputs
+            del out
+        synchronize(device)
 
 
 def empty_call(*inputs: Any) -> None:

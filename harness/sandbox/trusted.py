@@ -162,6 +162,9 @@ class Trusted:
         del model64
         outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]
         output_bytes = sum(o.numel() * o.element_size() for o in outputs)
+        first_inputs = problem_module.seeded_inputs(self.module, 0, self.device)
+        input_bytes = sum(t.numel() * t.element_size() for t in first_inputs if isinstance(t, torch.Tensor))
+        del first_inputs
         self.max_output_file = 4 * output_bytes + (64 << 20)
         self.flush = timing.l2_flush_buffer(self.device)
         # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
@@ -176,6 +179,7 @@ class Trusted:
             "distributions": distributions,
             "output_shapes": [list(o.shape) for o in outputs],
             "output_bytes": output_bytes,
+            "input_bytes": input_bytes,
             # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
             "call_ms": 1e3 * min(call_s[1:] or call_s),
             "window_cost_ms": window_cost_ms,

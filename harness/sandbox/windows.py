@@ -19,20 +19,32 @@ from dataclasses import dataclass
 from harness.schema import TimingStats
 
 MAX_CALLS_PER_WINDOW = 2000
-# The outputs a window keeps until its hand-over (a candidate keeps every call's: which are picked is
-# decided after the window closes).
-KEPT_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
+# What a window holds at once: every call's inputs (made first) and outputs (kept until its hand-over: which
+# calls are picked is decided after the window closes).
+HELD_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 PICKS_PER_WINDOW = 2
+# Bytes of handed-over outputs an evaluation checks, at most: windows are checked at random, each with the same
+# chance, at least one (for level2/37's 537 MB outputs, about 3 windows of 15).
+HANDOVER_BYTES = 4 << 30
+MIN_CHECKED_WINDOWS = 3
 
 
-def calls_per_window(reference_call_ms: float, output_bytes: int, device: str, window_ms: float,
+def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,
                      window_cost_ms: float = 0.0) -> int:
     """How many calls a window holds: enough that it lasts about `window_ms` at the reference's speed, counting the
-    window's own cost per call (inputs, flush, wait), so the IPC round trip (0.1-0.3 ms) is under 1% of a 30 ms
-    window; no more than the kept outputs' memory allows; at least one."""
+    window's own cost per call (inputs, flush), so the IPC round trip (0.1-0.3 ms) is under 1% of a 30 ms window;
+    no more than the inputs and outputs a window holds (`io_bytes` a call) fit in memory; at least one."""
     want = math.ceil(window_ms / max(reference_call_ms + window_cost_ms, 1e-3))
-    fits = KEPT_BYTES[device] // max(output_bytes, 1)
+    fits = HELD_BYTES[device] // max(io_bytes, 1)
     return max(1, min(want, fits, MAX_CALLS_PER_WINDOW))
+
+
+def check_chance(rounds: int, output_bytes: int) -> float:
+    """The chance that a window's outputs are checked: every window where the hand-overs fit HANDOVER_BYTES, else
+    enough for MIN_CHECKED_WINDOWS on average. A submission cannot know which windows will be checked (it is
+    drawn after each window closes), and moving the median takes cheating in most of them."""
+    affordable = HANDOVER_BYTES // max(PICKS_PER_WINDOW * output_bytes, 1)
+    return min(1.0, max(affordable, MIN_CHECKED_WINDOWS) / max(rounds, 1))
 
 
 def _iqr(values: list[float]) -> float:
@@ -78,6 +90,5 @@ def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
 
 
 # What a hand-over may take beyond the trusted side's own save of outputs of the same sizes (host noise:
-# page cache, scheduling). grading.py compares the excess with this slack or with half the credited time of
-# the picked calls, whichever is larger.
+# scheduling; the page cache adds a share of the save itself, see grading.HANDOVER_SAVE_SHARE).
 HANDOVER_SLACK_MS = {"cuda": 3.0, "cpu": 40.0}

@@ -43,3 +43,11 @@ def test_spread_is_the_interquartile_range_over_the_median():
     # One slow window in fifteen (a hiccup of the host) barely moves it.
     steady = [10.0] * 14 + [50.0]
     assert windows.spread(steady) == 0.0
+
+
+def test_every_window_is_checked_where_the_hand_overs_fit_and_at_least_three_on_average_where_not():
+    assert windows.check_chance(15, 32 << 20) == 1.0  # level2/75: 2 x 32 MB a window
+    big = windows.check_chance(15, 537 << 20)  # level2/37: 2 x 537 MB a window
+    assert big * 15 == pytest.approx(windows.MIN_CHECKED_WINDOWS) or big * 15 >= windows.MIN_CHECKED_WINDOWS
+    assert big < 1.0
+    assert windows.check_chance(2, 8 << 30) == 1.0  # fewer windows than the minimum: all of them
