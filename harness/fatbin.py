@@ -201,31 +201,33 @@ def _read_fatbin_section(path: Path) -> bytes | None:
 
 
 @functools.cache
-def _cxa_demangle() -> Any:
+def _demangler() -> tuple[Any, Any] | None:
+    """`abi::__cxa_demangle` and `free` (its result is malloc'd), or None where libstdc++ is not found."""
     try:
-        fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
+        fn, free = ctypes.CDLL("libstdc++.so.6").__cxa_demangle, ctypes.CDLL(None).free
     except (OSError, AttributeError):
         return None
     fn.restype = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    return fn
+    free.argtypes = [ctypes.c_void_p]
+    return fn, free
 
 
 def demangle(name: bytes) -> str:
     """As Kineto names a kernel: `_Z...` names through `abi::__cxa_demangle`, the rest (and any it
     cannot demangle) as they are."""
-    fn = _cxa_demangle()
+    lib = _demangler()
     text = name.decode(errors="replace")
-    if fn is None or not name.startswith(b"_Z"):
+    if lib is None or not name.startswith(b"_Z"):
         return text
     status = ctypes.c_int(-1)
-    ptr = fn(name, None, None, ctypes.byref(status))
+    ptr = lib[0](name, None, None, ctypes.byref(status))
     if not ptr:
         return text
     try:
         return ctypes.string_at(ptr).decode(errors="replace") if status.value == 0 else text
     finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+        lib[1](ptr)
 
 
 def device_kernels(path: Path) -> set[str]:
@@ -238,6 +240,7 @@ def device_kernels(path: Path) -> set[str]:
     except (OSError, _Malformed, struct.error) as e:
         log.warning("device code of %s not read: %s", path, e)
         return set()
-    if unread:
-        log.warning("%d compressed device-code entries of %s not read (no zstd command on this host)", unread, path)
+    if unread:  # a build's cubin and PTX usually hold the same kernels: only a file read for none is news
+        log.log(logging.DEBUG if mangled else logging.WARNING, "%d zstd-compressed device-code entries of %s "
+                "not read (no zstd command on this host)", unread, path)
     return {demangle(m) for m in mangled}

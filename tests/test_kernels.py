@@ -107,19 +107,31 @@ def test_device_kernels_named_exactly_like_a_librarys_are_not_credited(builds):
     assert custom_kernels([*PYTORCH, "ampere_sgemm_128x64_nn"], defined) == []
 
 
+CUBIN = "-gencode=arch=compute_90,code=sm_90"
+PTX = "-gencode=arch=compute_90,code=compute_90"  # kernels JIT-compiled from PTX at load time
+
+
 @needs_nvcc
-@pytest.mark.parametrize(("mode", "flags"), [
-    ("lz", ["--compress-mode=speed"]),  # cubin raw, PTX in nvcc's LZ4-style format
-    ("zstd", ["--compress-mode=size"]),  # cubin and PTX in zstd
-    ("ptx only", ["-gencode=arch=compute_90,code=compute_90"]),  # kernels JIT-compiled from PTX
+@pytest.mark.parametrize(("packing", "flags"), [
+    ("lz ptx", [PTX, "--compress-mode=speed"]),  # nvcc's LZ4-style format
+    ("zstd cubin", [CUBIN, "--compress-mode=size"]),
+    ("zstd ptx", [PTX]),  # nvcc compresses PTX with zstd by default
 ])
-def test_device_code_is_read_however_nvcc_packed_it(builds, mode, flags):
-    if mode == "zstd" and shutil.which("zstd") is None:
+def test_device_code_is_read_however_nvcc_packed_it(builds, packing, flags):
+    if "zstd" in packing and shutil.which("zstd") is None:
         pytest.skip("needs the zstd command")
-    cubin_and_ptx = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
-    arch = [] if mode == "ptx only" else cubin_and_ptx
-    so = _build(builds / mode.replace(" ", "_"), "kh_honest", HONEST_CU, *arch, *flags)
+    so = _build(builds / packing.replace(" ", "_"), "kh_honest", HONEST_CU, *flags)
     assert fatbin.device_kernels(so) == set(HONEST)
+
+
+@needs_nvcc
+def test_without_the_zstd_command_a_zstd_build_is_credited_nothing_and_says_so(builds, monkeypatch, caplog):
+    so = _build(builds / "zstd_only", "kh_honest", HONEST_CU, CUBIN, "--compress-mode=size")
+    monkeypatch.setattr(fatbin.shutil, "which", lambda name: None)
+    assert fatbin.device_kernels(so) == set()
+    assert "zstd-compressed device-code entries" in caplog.text
+    # The name heuristic still credits the kernel whose name looks like no library's.
+    assert custom_kernels(PROFILED, device_kernels(builds / "zstd_only")) == HONEST[:1]
 
 
 def test_a_hostile_build_dir_is_read_without_hanging_or_following_links(tmp_path):
