@@ -20,9 +20,9 @@ import stat
 import struct
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +36,25 @@ _SECTION = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
 _SHT_SYMTAB, _STT_FUNC, _STO_CUDA_ENTRY = 2, 2, 0x10
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)")
-MAX_SECTION_BYTES = 1 << 30
+MAX_SECTION_BYTES = 256 << 20
 MAX_ENTRY_BYTES = 256 << 20  # one decompressed cubin or PTX text
 
 
 class _Malformed(ValueError):
     pass
+
+
+class _Section(NamedTuple):  # an ELF64 section header
+    name: int
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    addralign: int
+    entsize: int
 
 
 def _unpack(fmt: struct.Struct, data: bytes, offset: int) -> tuple:
@@ -57,7 +70,7 @@ def _cstring(data: bytes, offset: int) -> bytes:
     return data[offset:end]
 
 
-def elf_sections(read, size: int) -> Iterator[tuple[bytes, tuple]]:
+def elf_sections(read: Callable[[int, int], bytes], size: int) -> Iterator[tuple[bytes, _Section]]:
     """(name, header) of each section of a 64-bit little-endian ELF; `read(offset, n)` reads the file."""
     ident = read(0, 64)
     if len(ident) < 64 or ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
@@ -67,23 +80,23 @@ def elf_sections(read, size: int) -> Iterator[tuple[bytes, tuple]]:
     if shentsize != _SECTION.size or shnum * shentsize > size or shoff + shnum * shentsize > size:
         raise _Malformed("a section table outside the file")
     table = read(shoff, shnum * shentsize)
-    headers = [_unpack(_SECTION, table, i * shentsize) for i in range(shnum)]
-    if shstrndx >= shnum or headers[shstrndx][5] > MAX_SECTION_BYTES:
+    headers = [_Section._make(_unpack(_SECTION, table, i * shentsize)) for i in range(shnum)]
+    if shstrndx >= shnum or headers[shstrndx].size > MAX_SECTION_BYTES:
         raise _Malformed("no section name table")
-    names = read(headers[shstrndx][4], headers[shstrndx][5])
+    names = read(headers[shstrndx].offset, headers[shstrndx].size)
     for h in headers:
-        yield _cstring(names, h[0]), h
+        yield _cstring(names, h.name), h
 
 
 def _cubin_entries(cubin: bytes) -> Iterator[bytes]:
     sections = [h for _, h in elf_sections(lambda off, n: cubin[off:off + n], len(cubin))]
     for h in sections:
-        if h[1] != _SHT_SYMTAB or h[6] >= len(sections):
+        if h.type != _SHT_SYMTAB or h.link >= len(sections):
             continue
-        strtab = sections[h[6]]
-        strings = cubin[strtab[4]:strtab[4] + strtab[5]]
-        for i in range(h[5] // _SYMBOL.size):
-            name, info, other, *_ = _unpack(_SYMBOL, cubin, h[4] + i * _SYMBOL.size)
+        strtab = sections[h.link]
+        strings = cubin[strtab.offset:strtab.offset + strtab.size]
+        for i in range(h.size // _SYMBOL.size):
+            name, info, other, *_ = _unpack(_SYMBOL, cubin, h.offset + i * _SYMBOL.size)
             if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
                 yield _cstring(strings, name)
 
@@ -135,9 +148,11 @@ def _zstd_decompress(src: bytes, size: int) -> bytes | None:
                               stderr=subprocess.DEVNULL) as proc:
             assert proc.stdout is not None
             out = proc.stdout.read(size + 1)
-            proc.kill()
-    if len(out) > size:
-        raise _Malformed("a zstd payload larger than its entry declares")
+            if len(out) > size:
+                proc.kill()
+            failed = proc.wait(timeout=60) != 0
+    if failed:
+        raise _Malformed("a zstd payload that does not decompress to the size its entry declares")
     return out
 
 
@@ -147,6 +162,8 @@ def fatbin_entries(section: bytes) -> Iterator[tuple[int, bytes | None]]:
     pos = 0
     while pos + _FATBIN_HEADER.size <= len(section):
         magic, _version, header_size, size = _unpack(_FATBIN_HEADER, section, pos)
+        if not any(section[pos:]):  # alignment padding after the last fatbin
+            return
         if magic != _FATBIN_MAGIC or header_size < _FATBIN_HEADER.size:
             raise _Malformed(f"no fatbin header at {pos}")
         p, end = pos + header_size, min(pos + header_size + size, len(section))
@@ -192,9 +209,9 @@ def _read_fatbin_section(path: Path) -> bytes | None:
             return None
         for name, h in elf_sections(lambda off, n: os.pread(fd, n, off), st.st_size):
             if name == b".nv_fatbin":
-                if h[5] > MAX_SECTION_BYTES or h[4] + h[5] > st.st_size:
-                    raise _Malformed(f"a .nv_fatbin section of {h[5]} bytes")
-                return os.pread(fd, h[5], h[4])
+                if h.size > MAX_SECTION_BYTES or h.offset + h.size > st.st_size:
+                    raise _Malformed(f"a .nv_fatbin section of {h.size} bytes")
+                return os.pread(fd, h.size, h.offset)
         return None
     finally:
         os.close(fd)
@@ -237,7 +254,7 @@ def device_kernels(path: Path) -> set[str]:
         if section is None:
             return set()
         mangled, unread = device_entry_names(section)
-    except (OSError, _Malformed, struct.error) as e:
+    except (OSError, _Malformed, struct.error, subprocess.SubprocessError) as e:
         log.warning("device code of %s not read: %s", path, e)
         return set()
     if unread:  # a build's cubin and PTX usually hold the same kernels: only a file read for none is news

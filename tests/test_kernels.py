@@ -85,6 +85,8 @@ def builds(tmp_path_factory) -> Path:
 def test_an_honest_builds_kernels_are_its_own_even_where_named_like_a_librarys(builds):
     so = _build(builds / "honest", "kh_honest", HONEST_CU, "-gencode=arch=compute_90,code=sm_90")
     assert fatbin.device_kernels(so) == set(HONEST)
+    section = fatbin._read_fatbin_section(so)
+    assert fatbin.device_entry_names(section + bytes(16)) == fatbin.device_entry_names(section)  # padding
     assert is_library_kernel(HONEST[1])  # "gemm": the name alone would not be credited
     assert custom_kernels(PROFILED, extension_symbols(builds / "honest")) == HONEST
 
@@ -150,9 +152,12 @@ def test_a_malformed_fatbin_yields_no_names():
     with pytest.raises(fatbin._Malformed):
         fatbin.device_entry_names(zero_sized_entry)  # an entry header of 0 bytes: no endless loop
     with pytest.raises(fatbin._Malformed):
-        fatbin.device_entry_names(b"\x00" * 32)
+        fatbin.device_entry_names(b"\x01" * 32)
     with pytest.raises(fatbin._Malformed):
         fatbin._lz_decompress(bytes([0x0F, 0x01, 0x00]), 100)  # a match before any output
+    if shutil.which("zstd"):
+        with pytest.raises(fatbin._Malformed):
+            fatbin._zstd_decompress(b"(\xb5/\xfd not zstd", 100)
 
 
 def test_base_name_keeps_an_anonymous_namespace():
