@@ -1,19 +1,25 @@
 """Which GPU kernels are the submission's own. No torch: the parent uses this.
 
-The candidate's process reports the names of the kernels one forward launched (the torch profiler).
-A name is the submission's own when a shared object its load_inline build produced defines it, or,
-for kernels that come from no build (a user's Triton kernel), when it looks like no library's: not
-PyTorch's (`at::`, `c10::`), not inductor's generated Triton (`triton_poi_fused_...`), not cuBLAS,
-cuDNN, CUTLASS or the CUDA runtime's. A forward that launches none of its own is `no_custom_kernel`.
+The candidate's process reports the names of the kernels one forward launched (the torch profiler,
+demangled). A name is the submission's own when the device code its load_inline build produced (the
+CUDA fatbin in a shared object under its build dir) defines a kernel of exactly that name, unless the
+name is one a library owns: a build can compile a kernel named like PyTorch's (or put one in an
+anonymous namespace, which demangles alike in every library), and the profiler could then not tell
+PyTorch's kernel from it. Host symbols never count: any C++ file can define a function of any name.
+A kernel from no build (a user's Triton kernel) is the submission's own when it looks like no
+library's: not PyTorch's (`at::`, `c10::`), not inductor's generated Triton (`triton_poi_fused_...`),
+not cuBLAS, cuDNN, CUTLASS or the CUDA runtime's. A forward that launches none of its own is
+`no_custom_kernel`.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+
+from harness import fatbin
 
 _LIBRARY = re.compile(
     r"(\bat::|\bc10::|\bcub::|\bthrust::|\bcutlass|\bcudnn|\bcublas|xmma|nvjet|\bcask|gemv|gemm|"
@@ -23,47 +29,63 @@ _LIBRARY = re.compile(
     r"CatArrayBatchedCopy|indexSelect|scatter_gather|vectorized_|unrolled_elementwise)",
     re.IGNORECASE,
 )
+# Names no build is credited with, whatever its device code holds: the namespaces of the libraries a
+# PyTorch process launches kernels from, and the vendor kernels' own names (cuBLAS's and cuDNN's carry
+# their types or an architecture prefix; cuBLAS's CUTLASS kernels a `cutlass_80_`-style name).
+_LIBRARY_NAMESPACES = {"at", "c10", "torch", "at_cuda_detail", "cub", "thrust", "cudnn", "cublas", "cublasLt",
+                       "pytorch_flash"}
+_VENDOR = re.compile(
+    r"(\bcublas|\bcudnn|xmma|nvjet|\bcask|\bcutlass(3x)?_(sm)?\d+_|"
+    r"^(void )?(ampere|volta|turing|maxwell|hopper|blackwell|sm\d+)_|^\[?(memcpy|memset)|"
+    r"^triton_(poi|red|per|tem|for)_)",
+    re.IGNORECASE,
+)
+_ANONYMOUS = "(anonymous namespace)"
+MAX_SHARED_OBJECTS = 64  # a build dir is the submission's to fill; a real build has a few
 
 
 def base_name(name: str) -> str:
-    """`void ns::kern<128, float>(float*, int)` -> `ns::kern`."""
-    text = name.strip().removeprefix("void ").strip()
+    """`void ns::kern<128, float>(float*, int)` -> `ns::kern`; an anonymous namespace stays in it:
+    `at::native::(anonymous namespace)::kern(...)` -> `at::native::(anonymous namespace)::kern`."""
+    text = name.strip().removeprefix("void ").strip().replace(_ANONYMOUS, "\0")
     out, depth = [], 0
     for ch in text:
-        if ch == "<":
+        if ch in "<{":
             depth += 1
-        elif ch == ">":
+        elif ch in ">}":
             depth = max(depth - 1, 0)
         elif ch == "(" and depth == 0:
             break
         elif depth == 0:
             out.append(ch)
-    return "".join(out).strip().split(" ")[-1]
+    return "".join(out).strip().split(" ")[-1].replace("\0", _ANONYMOUS)
 
 
-def extension_symbols(build_root: Path) -> set[str]:
-    """Base names of the functions defined in the shared objects under a submission's build dir."""
-    nm = shutil.which("nm")
-    if nm is None or not build_root.is_dir():
+def device_kernels(build_root: Path) -> set[str]:
+    """Names (demangled, as the profiler gives them) of the kernels in the device code of the shared
+    objects under a submission's build dir. Links are not followed."""
+    if not build_root.is_dir() or build_root.is_symlink():
         return set()
-    names: set[str] = set()
-    for so in build_root.rglob("*.so"):
-        try:
-            out = subprocess.run([nm, "-C", "--defined-only", str(so)], capture_output=True, text=True,
-                                 timeout=60, check=False).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        for line in out.splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and parts[1] in ("T", "t", "W"):
-                names.add(base_name(parts[2]))
-    return names
+    found = (p for p in build_root.rglob("*.so") if not p.is_symlink())
+    return set().union(*(fatbin.device_kernels(so) for so in itertools.islice(found, MAX_SHARED_OBJECTS)))
+
+
+# The runner's name for it, from when host symbols were read.
+extension_symbols = device_kernels
 
 
 def is_library_kernel(name: str) -> bool:
     return bool(_LIBRARY.search(name))
 
 
-def custom_kernels(names: Iterable[str], own_symbols: set[str]) -> list[str]:
-    """The kernels among `names` that are the submission's own."""
-    return sorted(n for n in names if base_name(n) in own_symbols or not is_library_kernel(n))
+def is_library_owned(name: str) -> bool:
+    """A name a build cannot claim: a library's namespace, an anonymous namespace, a vendor's name."""
+    base = base_name(name)
+    return base.split("::")[0] in _LIBRARY_NAMESPACES or _ANONYMOUS in base or bool(_VENDOR.search(name))
+
+
+def custom_kernels(names: Iterable[str], own_kernels: set[str]) -> list[str]:
+    """The kernels among `names` that are the submission's own; `own_kernels` are the exact names in
+    its build's device code (`device_kernels`)."""
+    return sorted(n for n in names
+                  if (n in own_kernels and not is_library_owned(n)) or not is_library_kernel(n))

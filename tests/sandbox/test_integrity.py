@@ -47,17 +47,6 @@ def test_walking_the_callers_frames_is_flagged_and_finds_nothing(settings):
     assert r.verdict == Verdict.flagged and {f.check for f in r.flags} == {"static:introspection"}
 
 
-def test_static_precheck_passes_every_honest_fixture_and_reference_solution():
-    from harness.static_checks import check
-
-    root = Path(__file__).parents[2]
-    honest = [p for p in (root / "tests" / "fixtures" / "submissions").glob("*correct*.py")]
-    honest += list((root / "reference_solutions").glob("level2_*.py"))
-    assert len(honest) >= 9
-    for path in honest:
-        assert check(path.read_text()) == [], path.name
-
-
 def test_a_structural_failure_is_not_hidden_behind_a_static_flag(run_fixture):
     r = run_fixture("level2/30", "l30_hang_forward.py", run_timeout_s=5)  # imports subprocess, then hangs
     assert r.verdict == Verdict.timeout
