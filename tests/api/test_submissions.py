@@ -45,6 +45,13 @@ def test_a_raw_reply_is_accepted_and_a_reply_without_code_is_stored_with_a_warni
     assert detail["text_kind"] == "reply" and detail["status"] == "queued"
 
 
+def test_a_source_with_a_syntax_error_is_stored_with_a_warning_naming_the_line(client, tokens):
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n        return x\n"
+    r = client.post("/api/submissions", json=body(source=source), headers=Tokens.header(tokens.user))
+    assert r.status_code == 202
+    assert "syntax error in the source at line 3" in r.json()["warning"], r.json()
+
+
 def test_validation_errors_are_422_naming_the_field(client, db, tokens):
     h = Tokens.header(tokens.user)
     cases = [
