@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from harness.cli.common import ProblemsDirOption, find_problem
+from harness.cli.common import ProblemsDirOption, find_problem, require_cuda
+from harness.config import get_settings
 from harness.problems.spec import V01_TOLERANCE
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult, Tolerance
@@ -49,6 +50,8 @@ def eval_command(
         base = tolerance or spec.tolerance
         tolerance = Tolerance(atol=atol if atol is not None else base.atol,
                               rtol=rtol if rtol is not None else base.rtol)
+    if device == "cuda":
+        require_cuda(get_settings())
     text = submission.read_bytes().decode("utf-8", errors="replace")
     typer.echo(f"evaluating {submission} against {spec.id} ...", err=True)
     result = evaluate(spec, text, EvalOptions(device=device, size=size, tolerance=tolerance, trials=trials,
