@@ -85,6 +85,30 @@ def test_validation_errors_are_422_naming_the_field(client, db, tokens):
     assert _count(db, Submission) == 0
 
 
+def test_malformed_json_is_422_saying_so_at_line_and_column_not_at_a_character_offset(client, db, tokens):
+    h = {**Tokens.header(tokens.user), "content-type": "application/json"}
+    r = client.post("/api/submissions", content=b'{"problem": "level2/75",\n "source": "x" "model": "m"}', headers=h)
+    assert r.status_code == 422
+    assert r.json()["detail"] == "the request body: not valid JSON (Expecting ',' delimiter at line 2 column 16)"
+    assert r.json()["errors"] == [{"field": "the request body", "type": "json_invalid",
+                                   "message": "not valid JSON (Expecting ',' delimiter at line 2 column 16)"}]
+    assert _count(db, Submission) == 0
+
+
+def test_json_sent_without_the_json_content_type_is_told_which_to_use(client, db, tokens):
+    payload = json.dumps(body()).encode()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):  # curl --data-binary sends the latter
+        r = client.post("/api/submissions", content=payload,
+                        headers={**Tokens.header(tokens.user), "content-type": content_type})
+        assert r.status_code == 422
+        assert r.json()["detail"] == (f"the request body: not sent as JSON (Content-Type {content_type}); send a "
+                                      "JSON object with the header 'Content-Type: application/json'")
+    # Sent as JSON, a body that is JSON but not an object keeps the schema's own message.
+    r = client.post("/api/submissions", json=[body()], headers=Tokens.header(tokens.user))
+    assert r.status_code == 422 and "valid dictionary" in r.json()["detail"]
+    assert _count(db, Submission) == 0
+
+
 def test_an_unknown_problem_is_404_with_did_you_mean(client, tokens):
     r = client.post("/api/submissions", json=body(problem="level2/57"), headers=Tokens.header(tokens.user))
     assert r.status_code == 404
