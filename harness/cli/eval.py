@@ -73,8 +73,8 @@ def _ms(stats) -> str:
 def render(r: EvalResult) -> str:
     p, o = r.provenance, r.observations
     lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
-             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'}), "
-             f"size {r.problem.size}",
+             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'})"
+             + (f", size {r.problem.size}" if p is not None else ""),  # no size where nothing ran
              f"tolerance:  {r.tolerance}"]
     if p is not None:
         lines.append(f"device:     {p.device} {p.device_name}"

@@ -102,3 +102,12 @@ def test_eval_dir_device_and_gpus_give_the_workers_slots(device, gpus, slots, tm
 def test_eval_dir_device_and_gpus_that_contradict_are_usage_errors(device, gpus, error, tmp_path):
     with pytest.raises(typer.BadParameter, match=error):
         slot_choice(device, gpus, Settings(data_dir=tmp_path))
+
+
+def test_eval_of_a_source_with_a_syntax_error_names_the_line_and_no_size(tmp_path):
+    source = tmp_path / "k.py"
+    source.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n        return x\n")
+    p = harness("eval", "-p", "level2/75", "-s", str(source), "--device", "cpu", data_dir=tmp_path)
+    assert p.returncode == 1
+    assert "message:    syntax error in the source at line 4: expected ':': 'def forward(self, x)'" in p.stdout
+    assert "problem:    gemm-groupnorm-min-biasadd v1 (level2/75)\n" in p.stdout  # nothing ran: no size
