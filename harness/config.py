@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -99,6 +99,12 @@ class Settings(BaseSettings):
                                "the parent kills it beyond; 0: no limit.")
     min_free_disk_mb: int = Field(default=1024, ge=0, description="A worker evaluates nothing while the data or "
                                   "scratch disk has less free space (infra_error, retried).")
+
+    @field_validator("data_dir", "scratch_dir", "problems_dir")
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Children run in temp dirs of their own: a relative path must not reach them as such."""
+        return None if path is None else path.expanduser().resolve()
 
 
 @lru_cache(maxsize=1)

@@ -76,6 +76,29 @@ def _shape(shape: list[int] | None) -> str:
     return "(" + ", ".join(map(str, shape or [])) + ("," if shape and len(shape) == 1 else "") + ")"
 
 
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?$')
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def summarise_traceback(text: str) -> str:
+    """One line for a failure report: the exception and where it was raised (the innermost frame's
+    file:line), after the text's first line where that is context rather than the traceback. A text
+    that holds no traceback is summarised by its first line."""
+    lines = text.strip().splitlines()
+    frames = [(i, m) for i, ln in enumerate(lines) if (m := _FRAME.match(ln))]
+    if not frames or not any(ln.startswith(_TRACEBACK_HEAD) for ln in lines):
+        return lines[0] if lines else "(no message)"
+    last, frame = frames[-1]
+    # After the innermost frame come its indented source and caret lines, then the exception.
+    exception = next((ln.strip() for ln in lines[last + 1:] if ln.strip() and not ln[0].isspace()),
+                     "the traceback ends before its exception")
+    path = frame["file"].split("site-packages/")[-1]  # an installed package's path from its package name
+    where = f"{path}:{frame['line']}" + (f" in {frame['func']}" if frame["func"] else "")
+    # A line of context above the traceback ("the trusted process ended (code 1) during ...") is kept.
+    context = "" if lines[0].startswith(_TRACEBACK_HEAD) or lines[0] == exception else lines[0].rstrip(": ") + ": "
+    return f"{context}{exception} (at {where})"
+
+
 def _tail(text: str, n: int = _EXCERPT_LINES) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return "\n".join(lines[-n:])
@@ -105,8 +128,8 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
     if obs.static_error:
         return Grade(Verdict.invalid_submission, obs.static_error)
     if obs.reference_error:
-        return Grade(Verdict.infra_error, "the harness's reference side failed: " + obs.reference_error.splitlines()[0],
-                     _tail(obs.reference_error))
+        return Grade(Verdict.infra_error, "the harness's reference side failed: "
+                     + summarise_traceback(obs.reference_error), obs.reference_error.strip())
     if obs.protocol_violations:
         detail = "; ".join(obs.protocol_violations)
         return _flagged("protocol", "the candidate's process broke the harness's message protocol (submission code "

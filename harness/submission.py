@@ -13,6 +13,8 @@ from dataclasses import dataclass
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*$", re.MULTILINE)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _DEFINES_MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
+# How a Python file opens, as against prose (`#` lines are skipped: in a reply they are markdown headings).
+_OPENS_LIKE_PYTHON = re.compile(r"(import\s|from\s+[\w.]+\s+import\s|class\s|def\s|async\s+def\s|@\w|\"\"\"|''')")
 
 
 class InvalidSubmission(ValueError):
@@ -86,6 +88,8 @@ def extract(text: str) -> Submission:
     blocks = [b for b in _fenced_blocks(text) if b.lang in _PY_LANGS]
     candidates = [b for b in blocks if _DEFINES_MODELNEW.search(b.body)]
     if not candidates:
+        if whole is None and _is_python_source(text):
+            _parse(text, "the source")  # raises: its syntax error, with the line
         if any(not b.closed for b in blocks):
             b = next(b for b in blocks if not b.closed)
             raise InvalidSubmission(
@@ -114,6 +118,18 @@ def extract(text: str) -> Submission:
             f"the code block at line {last.line} mentions ModelNew but defines no top-level `class ModelNew`"
         )
     return _done(last.body, from_reply=True)
+
+
+def _is_python_source(text: str) -> bool:
+    """Whether a text that does not parse was meant as a Python file, so that its syntax error is the
+    news, rather than prose: it opens like one, or it defines ModelNew outside any fenced block."""
+    if _DEFINES_MODELNEW.search(text) and not _fenced_blocks(text):
+        return True
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return _OPENS_LIKE_PYTHON.match(stripped) is not None
+    return False
 
 
 def _done(source: str, from_reply: bool) -> Submission:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import traceback
 
 import pytest
 
-from harness.grading import grade, required_atol, within_tolerance
+from harness.grading import grade, required_atol, summarise_traceback, within_tolerance
 from harness.schema import (
     RTOL_GRID,
     ChildError,
@@ -122,3 +123,51 @@ def test_compile_error_message_quotes_the_first_compiler_error():
     g = grade(Observations(candidate_error=err), Tolerance(atol=1e-4, rtol=1e-4))
     assert g.verdict == Verdict.compile_error
     assert g.message == 'compilation failed: k.cu(12): error: identifier "foo" is undefined'
+
+
+def _raise_in_the_harness() -> None:
+    try:
+        {}["device"]
+    except KeyError:
+        raise RuntimeError("probing device 'cuda' failed: no answer within 60 s") from None
+
+
+def _traceback_of(fn) -> str:
+    try:
+        fn()
+    except Exception:
+        return traceback.format_exc()
+    raise AssertionError("expected an exception")
+
+
+def test_a_reference_side_failure_says_the_exception_and_where_not_traceback_most_recent_call_last():
+    tb = _traceback_of(_raise_in_the_harness)
+    g = grade(Observations(reference_error=tb), Tolerance(atol=1e-4, rtol=1e-4))
+    assert g.verdict == Verdict.infra_error
+    line = _raise_in_the_harness.__code__.co_firstlineno + 4
+    assert g.message == ("the harness's reference side failed: RuntimeError: probing device 'cuda' failed: "
+                         f"no answer within 60 s (at {__file__}:{line} in _raise_in_the_harness)")
+    assert g.log_excerpt == tb.strip()  # the whole traceback stays in the log
+
+
+def test_a_chained_traceback_is_summarised_by_its_last_exception():
+    def chained():
+        try:
+            int("x")
+        except ValueError as e:
+            raise OSError("disk full") from e
+
+    summary = summarise_traceback("OSError: disk full\n" + _traceback_of(chained))  # as the runner writes it
+    line = chained.__code__.co_firstlineno + 4  # the raise of OSError, not the int() of the cause
+    assert summary == f"OSError: disk full (at {__file__}:{line} in chained)"
+
+
+def test_the_line_above_a_traceback_is_kept_as_context():
+    ended = "the trusted process ended (code 1) during 'construct':\n" + _traceback_of(_raise_in_the_harness)
+    assert summarise_traceback(ended).startswith(
+        "the trusted process ended (code 1) during 'construct': RuntimeError: probing device")
+
+
+def test_a_reference_error_without_a_traceback_is_its_first_line():
+    assert summarise_traceback("no answer to 'construct' within 60 s") == "no answer to 'construct' within 60 s"
+    assert summarise_traceback("\n") == "(no message)"

@@ -57,6 +57,30 @@ def test_syntax_error_in_the_chosen_block_names_the_line():
         extract(text)
 
 
+_MISSING_COLON = ("import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                  "    def forward(self, x)\n        return x\n")
+
+
+def test_plain_source_with_a_syntax_error_names_the_line_not_missing_code_blocks():
+    with pytest.raises(InvalidSubmission, match=r"syntax error .*at line 5: .*'def forward\(self, x\)'"):
+        extract(_MISSING_COLON)
+
+
+@pytest.mark.parametrize("text", [
+    '"""My kernel."""\nimport torch\nx = (\n',  # opens with a docstring
+    "# kernel.py\nfrom torch import nn\nclass ModelNew(nn.Module) pass\n",  # a comment, then imports
+    "Here it is:\nimport torch\nclass ModelNew(torch.nn.Module):\n  def f(self x): pass\n",  # unfenced ModelNew
+])
+def test_any_unparseable_python_file_reports_its_syntax_error(text):
+    with pytest.raises(InvalidSubmission, match=r"syntax error .*at line \d+"):
+        extract(text)
+
+
+def test_prose_without_code_still_says_no_code_found():
+    with pytest.raises(InvalidSubmission, match="no code found"):
+        extract("# Plan\nFirst I will fuse the GEMM; then:\ndef forward(self, x) calls the kernel.\n")
+
+
 def test_source_without_modelnew_is_invalid():
     with pytest.raises(InvalidSubmission, match="no top-level `class ModelNew`"):
         extract("import torch\nclass Model(torch.nn.Module):\n    pass\n")

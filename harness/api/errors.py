@@ -27,19 +27,40 @@ def _field(loc: tuple[Any, ...]) -> str:
     return f"{name} ({where} parameter)" if where in ("query", "path", "header") else name
 
 
-def validation_message(errors: list[dict[str, Any]]) -> str:
-    parts = []
+def _body_problem(error: dict[str, Any], body: Any, content_type: str | None) -> str | None:
+    """What is wrong with the body as a whole (not one of its fields), or None.
+
+    FastAPI reports a JSON syntax error at a character offset, and a body it did not parse because of its
+    Content-Type as "not a valid dictionary"; neither says what to fix.
+    """
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid" and isinstance(body, str) and len(loc) == 2 and isinstance(loc[1], int):
+        at = json.JSONDecodeError(str((error.get("ctx") or {}).get("error", "invalid JSON")), body, loc[1])
+        return f"not valid JSON ({at.msg} at line {at.lineno} column {at.colno})"
+    if loc == ("body",) and isinstance(body, bytes | bytearray):  # left unparsed: not sent as JSON
+        sent = f"Content-Type {content_type}" if content_type else "no Content-Type"
+        return f"not sent as JSON ({sent}); send a JSON object with the header 'Content-Type: application/json'"
+    return None
+
+
+def _explain(errors: list[dict[str, Any]], body: Any = None, content_type: str | None = None) -> list[dict[str, Any]]:
+    explained = []
     for e in errors:
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{_field(tuple(e.get('loc', ())))}: {msg}")
-    return "; ".join(parts)
+        problem = _body_problem(e, body, content_type)
+        field = "the request body" if problem else _field(tuple(e.get("loc", ())))
+        message = problem or str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        explained.append({"field": field, "message": message, "type": e.get("type")})
+    return explained
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = list(exc.errors())
-    fields = [{"field": _field(tuple(e.get("loc", ()))), "message": str(e.get("msg", "")).removeprefix("Value error, "),
-               "type": e.get("type")} for e in errors]
-    return JSONResponse({"detail": validation_message(errors), "errors": fields}, status_code=422)
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{e['field']}: {e['message']}" for e in _explain(errors))
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    fields = _explain(list(exc.errors()), exc.body, request.headers.get("content-type"))
+    return JSONResponse({"detail": "; ".join(f"{f['field']}: {f['message']}" for f in fields), "errors": fields},
+                        status_code=422)
 
 
 async def _db_busy(_request: Request, exc: OperationalError) -> JSONResponse:

@@ -17,16 +17,15 @@ from sqlalchemy.orm import Session
 
 from harness import reporting
 from harness.api import charts
-from harness.api.routes.leaderboard import current_version
 from harness.db import queries
 from harness.db.models import UNFINISHED_STATUSES, Result, Submission
 from harness.problems import Registry
 from harness.problems.spec import ProblemSpec
 from harness.reporting import Scored
-from harness.service.outcomes import scored
+from harness.service.boards import BOARDS, board_results
 from harness.verdicts import Verdict
 
-DEVICES = ("cuda", "cpu")
+DEVICES = BOARDS
 GROUPINGS = ("model", "submitter", "pair")
 ROW_LIMIT = 5000  # per problem page; more than a person reads, few enough to draw
 
@@ -38,18 +37,6 @@ VERDICT_COLOURS = {
     "infra_error": "#bdc3c7", "pending": "#d0d7de",
 }
 VERDICT_ORDER = [v.value for v in Verdict]
-
-
-def _counted(registry: Registry, sub: Submission, res: Result) -> bool:
-    """As on /api/leaderboard: the harness's own failures count nowhere, nor results for an older
-    version of a problem."""
-    return res.verdict != Verdict.infra_error.value and current_version(registry, sub.problem_id,
-                                                                        res.problem_version)
-
-
-def on_device(device: str | None, wanted: str) -> bool:
-    """Nothing ran (device None: an invalid submission) counts on both boards, as in /api/leaderboard."""
-    return device is None or device == wanted
 
 
 def pick_device(requested: str | None, present: set[str | None]) -> str:
@@ -137,9 +124,10 @@ def fast_p_series(results: Sequence[Scored], by: str, baseline: reporting.Baseli
 
 def home_page(session: Session, registry: Registry, *, device: str | None, baseline: reporting.Baseline, by: str,
               sort: str, descending: bool) -> HomePage:
-    rows = [(sub, res) for sub, res in queries.scored_results(session) if _counted(registry, sub, res)]
-    dev = pick_device(device, {res.device for _, res in rows})
-    results = [scored(sub, res) for sub, res in rows if on_device(res.device, dev)]
+    boards = board_results(session, registry)
+    present = {board for board, results in boards.items() if results}
+    dev = pick_device(device, present)
+    results = boards[dev]
     summaries = {spec.id: ProblemSummary(spec) for spec in registry.all()}
     counts = queries.submission_counts(session)
     for pid, (total, pending) in counts.items():
@@ -165,7 +153,7 @@ def home_page(session: Session, registry: Registry, *, device: str | None, basel
                        len(best)))
     title = f"fast_p vs {'torch.compile' if baseline == 'compile' else 'eager'}, one line per {by}"
     problems = sort_rows(list(summaries.values()), sort, descending, HOME_SORTS)
-    return HomePage(device=dev, devices_present=sorted({r.device for _, r in rows if r.device}), baseline=baseline,
+    return HomePage(device=dev, devices_present=sorted(present), baseline=baseline,
                     by=by, problems=problems, fast_p_svg=charts.fast_p_chart(series, 3.0, title), legend=legend,
                     totals={"submissions": sum(t for t, _ in counts.values()), "results": len(results)})
 
@@ -247,7 +235,9 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
     rows = [result_row(sub, res) for sub, res in pairs
             if res is None or res.problem_version == spec.version]
     dev = pick_device(device, {r.device for r in rows if r.verdict})
-    rows = [r for r in rows if r.verdict is None or on_device(r.device, dev)]
+    # This page lists the problem's submissions: one that never ran (queued, invalid) is on no board, so
+    # it is listed under either device, and only the boards (home page, /api/leaderboard) leave it out.
+    rows = [r for r in rows if r.device in (None, dev)]
     ranked = sorted((r for r in rows if r.verdict == "passed" and r.speedup_vs_eager is not None),
                     key=lambda r: (-(r.speedup_vs_eager or 0.0), r.created_at))
     for i, r in enumerate(ranked, 1):

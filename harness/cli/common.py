@@ -6,13 +6,16 @@ from pathlib import Path
 
 import typer
 
-from harness.config import get_settings
+from harness.config import Settings, get_settings
 from harness.problems import Registry, UnknownProblem, get_registry
 from harness.problems.spec import ProblemSpec
+from harness.service.devices import cuda_device_missing
 
+# Resolved as it is read: a relative folder means the same to the children, which run elsewhere.
 ProblemsDirOption = typer.Option(
-    None, "--problems-dir", help="A KernelBench-format folder (e.g. KernelBench/level2) whose problems "
-    "become available as levelN/<number>.", exists=True, file_okay=False, dir_okay=True,
+    None, "--problems-dir", help="A KernelBench-format folder (KernelBench/KernelBench, or one levelN folder) "
+    "whose problems become available as levelN/<number>.", exists=True, file_okay=False, dir_okay=True,
+    resolve_path=True,
 )
 
 
@@ -26,3 +29,11 @@ def find_problem(problems_dir: Path | None, problem: str) -> ProblemSpec:
     except UnknownProblem as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+def require_cuda(settings: Settings) -> None:
+    """A usage error (exit 2) when --device cuda was asked for and no CUDA device is visible."""
+    why = cuda_device_missing(settings)
+    if why is not None:
+        raise typer.BadParameter(f"no CUDA device is visible ({why}); use --device cpu or auto",
+                                 param_hint="--device")

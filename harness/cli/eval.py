@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from harness.cli.common import ProblemsDirOption, find_problem
+from harness.cli.common import ProblemsDirOption, find_problem, require_cuda
+from harness.config import get_settings
 from harness.problems.spec import V01_TOLERANCE
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult, Tolerance
@@ -49,6 +50,8 @@ def eval_command(
         base = tolerance or spec.tolerance
         tolerance = Tolerance(atol=atol if atol is not None else base.atol,
                               rtol=rtol if rtol is not None else base.rtol)
+    if device == "cuda":
+        require_cuda(get_settings())
     text = submission.read_bytes().decode("utf-8", errors="replace")
     typer.echo(f"evaluating {submission} against {spec.id} ...", err=True)
     result = evaluate(spec, text, EvalOptions(device=device, size=size, tolerance=tolerance, trials=trials,
@@ -70,8 +73,8 @@ def _ms(stats) -> str:
 def render(r: EvalResult) -> str:
     p, o = r.provenance, r.observations
     lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
-             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'}), "
-             f"size {r.problem.size}",
+             f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'})"
+             + (f", size {r.problem.size}" if p is not None else ""),  # no size where nothing ran
              f"tolerance:  {r.tolerance}"]
     if p is not None:
         lines.append(f"device:     {p.device} {p.device_name}"

@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from harness.cli.common import ProblemsDirOption, require_cuda
 from harness.cli.reeval import watch_jobs
-from harness.cli.worker import GpusOption
+from harness.config import Settings
 from harness.db.session import Database
 from harness.problems import get_registry
 from harness.service import batch as batch_mod
@@ -53,19 +54,38 @@ def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
                       soft_wrap=True)
 
 
+def slot_choice(device: str, gpus: str | None, settings: Settings) -> str:
+    """The worker's --gpus value for `--device` and `--gpus` (kept as it was before --device existed)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise typer.BadParameter("use auto, cpu or cuda", param_hint="--device")
+    choice = (gpus or "all").strip().lower()
+    runs_on_cpu = choice in ("none", "cpu")
+    if device == "cpu":
+        if gpus is not None and not runs_on_cpu:
+            raise typer.BadParameter(f"--device cpu uses no GPU; leave out --gpus {gpus}", param_hint="--gpus")
+        return "none"
+    if device == "cuda":
+        if runs_on_cpu:
+            raise typer.BadParameter(f"--gpus {gpus} runs on the CPU; leave it out with --device cuda",
+                                     param_hint="--gpus")
+        require_cuda(settings)
+    return choice
+
+
 def eval_dir_command(
     folder: Path = typer.Argument(..., exists=True, file_okay=False, help="A folder such as runs/<name>/."),
     model: str = typer.Option(None, "--model", help="Model name stored with the results (default: the folder's "
                               "name)."),
     submitter: str = typer.Option(None, "--submitter", help="Submitter stored with the results (default: you)."),
-    gpus: str = GpusOption,
+    device: str = typer.Option("auto", "--device", help="auto (every visible GPU, else the CPU) | cpu | cuda "
+                               "(an error when no GPU is visible)."),
+    gpus: str = typer.Option(None, "--gpus", help="GPU indices such as 0,1 (one slot each; default: all); "
+                             "`--gpus none` is `--device cpu`."),
     compile_workers: int = typer.Option(None, "--compile-workers", min=0),
     via_queue: bool = typer.Option(False, "--via-queue", help="Queue the jobs for the running service's workers "
                                    "instead of evaluating here (do so when `harness serve` uses these GPUs)."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
-    problems_dir: Path = typer.Option(None, "--problems-dir", exists=True, file_okay=False,
-                                      help="A KernelBench folder (KernelBench/KernelBench) for problems beyond "
-                                      "the built-in ones."),
+    problems_dir: Path = ProblemsDirOption,
     database_url: str = typer.Option(None, "--database-url"),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
@@ -79,10 +99,13 @@ def eval_dir_command(
       harness eval-dir runs/my_run/ --model my-llm --json my_run.json
 
       harness eval-dir runs/my_run/ --problems-dir ~/KernelBench/KernelBench --gpus 0,1
+
+      harness eval-dir runs/my_run/ --device cpu        # no GPU: the problems' small sizes
     """
     setup_logging(log_level)
     console = Console(stderr=False)
     settings = settings_with(database_url=database_url, problems_dir=problems_dir)
+    slots = None if via_queue else slot_choice(device, gpus, settings)
     registry = get_registry(settings.problems_dir)
     gens, _others = batch_mod.scan(folder, registry)
     if not gens:
@@ -97,9 +120,9 @@ def eval_dir_command(
                    "(pass --problems-dir with a KernelBench folder); they are not evaluated", err=True)
     db = Database(settings)
     worker = None
-    if not via_queue and known:
+    if slots is not None and known:
         try:  # before anything is stored: a bad --gpus leaves no orphan jobs behind
-            worker = make_worker(db, settings, registry, gpus, compile_workers=compile_workers)
+            worker = make_worker(db, settings, registry, slots, compile_workers=compile_workers)
         except (SlotError, RuntimeError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ from pathlib import Path
 import typer
 
 from harness import artifacts
+from harness.cli.common import ProblemsDirOption
 from harness.cli.worker import GpusOption
 from harness.config import Settings
 from harness.db import crud, queries
@@ -33,6 +36,20 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything is printed or stored: a port in use is then
+    an error that leaves no token, database or worker behind. Raises OSError."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)  # as uvicorn binds
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 def bootstrap_token(db: Database, settings: Settings) -> str | None:
@@ -111,8 +128,7 @@ def serve_command(
     open_mode: bool = typer.Option(None, "--open", help="Accept submissions without a token (local single-user "
                                    "use; refused unless listening on loopback)."),
     database_url: str = typer.Option(None, "--database-url", help="SQLAlchemy URL (default: SQLite in the data dir)."),
-    problems_dir: Path = typer.Option(None, "--problems-dir", exists=True, file_okay=False,
-                                      help="A KernelBench-format folder whose problems become available."),
+    problems_dir: Path = ProblemsDirOption,
     allow_unsafe_sandbox: bool = typer.Option(
         None, "--allow-unsafe-sandbox", help="Let the embedded worker run where submissions cannot be kept off the "
         "network or (as root) given a user of their own. See docs/security.md."),
@@ -142,15 +158,23 @@ def serve_command(
                    f"it listens on loopback only, not {settings.host}. Use tokens (`harness tokens create`).",
                    err=True)
         raise typer.Exit(2)
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except OSError as e:
+        hint = "; stop what uses it, or choose another with --port" if e.errno == errno.EADDRINUSE else ""
+        typer.echo(f"error: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}{hint}", err=True)
+        raise typer.Exit(1) from None
+    port = sock.getsockname()[1]  # --port 0: the port the system chose
     if not no_worker:
         try:
             capabilities.check_safe(settings)  # say so now, not through a worker that keeps failing to start
         except capabilities.UnsafeSandbox as e:
             typer.echo(f"error: {e}", err=True)
+            sock.close()
             raise typer.Exit(1) from None
     db = Database(settings)  # migrates before the worker starts, so the two never race to create tables
     secret = None if settings.open_mode else bootstrap_token(db, settings)
-    base = f"http://{settings.host}:{settings.port}"
+    base = f"http://{settings.host}:{port}"
     typer.echo(f"KernelHarness on {base}  (API docs: {base}/docs, database: {display_url(settings)})",
                err=True)
     if settings.open_mode:
@@ -171,10 +195,12 @@ def serve_command(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stop)
     try:
-        uvicorn.run(create_app(settings, db=db), host=settings.host, port=settings.port, log_level=log_level)
+        config = uvicorn.Config(create_app(settings, db=db), host=settings.host, port=port, log_level=log_level)
+        uvicorn.Server(config).run(sockets=[sock])
     except _Stop:
         pass
     finally:
+        sock.close()
         if worker:
             worker.stop()
         db.dispose()

@@ -58,6 +58,24 @@ def visible_gpus() -> list[str] | None:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def cuda_device_missing(settings: Settings) -> str | None:
+    """Why this process's children would see no CUDA device, or None when they would see one (or when
+    it cannot be told: the evaluation's own probe then has the last word)."""
+    visible = visible_gpus()
+    if visible is None:
+        try:
+            seen = probe_device("auto", settings)
+        except RuntimeError as e:
+            log.warning("could not tell whether a CUDA device is visible: %s", e)
+            return None
+        return None if seen.device == "cuda" else "torch in a fresh process finds no CUDA device"
+    if visible:
+        return None
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} hides every GPU"
+    return "nvidia-smi lists no GPU"
+
+
 def _gpu_slot(index: int, gpu_id: str) -> Slot:
     # PCI bus order makes CUDA's numbering nvidia-smi's, so "1" names the same GPU to both.
     return Slot(name=f"cuda:{index}", device="cuda",

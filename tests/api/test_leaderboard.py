@@ -3,10 +3,11 @@ results kept apart from GPU results."""
 
 from __future__ import annotations
 
+from harness.db import crud
 from harness.db.models import ResultOrigin
 from harness.service.outcomes import infra_result
 
-from ..db.factories import eval_result, seed
+from ..db.factories import eval_result, new_submission, seed
 
 
 def _seed_board(db):
@@ -15,7 +16,7 @@ def _seed_board(db):
     seed(db, eval_result(candidate_ms=4.0, eager_ms=2.0, compile_ms=1.0), submitter="bob", model="m2")  # 0.5x
     seed(db, eval_result(max_rel_err=1.0), submitter="carol", model="m3")  # wrong: not ranked
     seed(db, eval_result(candidate_ms=0.1, eager_ms=2.0, device="cpu", compile_ms=None), submitter="dan", model="m4")
-    seed(db, eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code"),
+    seed(db, eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code", device=None),
          submitter="alice", model="m1")
 
 
@@ -36,14 +37,14 @@ def test_cpu_results_are_ranked_apart_from_gpu_results(client, db):
     assert cpu_row["submitter"] == "dan" and cpu_row["rank"] == 1 and cpu_row["size"] == "small"
 
 
-def test_fast_p_counts_each_problem_a_pair_attempted(client, db):
+def test_fast_p_counts_each_problem_a_pair_has_a_result_on_the_board_for(client, db):
     _seed_board(db)
     fast = {(r["submitter"], r["model"]): r for r in client.get("/api/leaderboard").json()["gpu"]["fast_p"]}
     alice = fast[("alice", "m1")]
-    # level2/75 correct at 4x, level2/30 an invalid submission: a failure on both boards.
-    assert alice["problems"] == 2 and alice["correct"] == 1
-    assert alice["fast_p_eager"] == {"0": 0.5, "0.5": 0.5, "0.8": 0.5, "1": 0.5, "1.5": 0.5, "2": 0.5}
-    assert alice["fast_p_compile"]["1"] == 0.5 and alice["fast_p_compile"]["2"] == 0.0
+    # level2/75 correct at 4x (2x vs compile); her invalid level2/30 submission never ran: on no board.
+    assert alice["problems"] == 1 and alice["correct"] == 1
+    assert alice["fast_p_eager"] == {"0": 1.0, "0.5": 1.0, "0.8": 1.0, "1": 1.0, "1.5": 1.0, "2": 1.0}
+    assert alice["fast_p_compile"]["1.5"] == 1.0 and alice["fast_p_compile"]["2"] == 0.0
     assert fast[("bob", "m2")]["fast_p_eager"]["0"] == 1.0 and fast[("bob", "m2")]["fast_p_eager"]["0.5"] == 0.0
     assert fast[("carol", "m3")]["fast_p_eager"]["0"] == 0.0
     assert ("dan", "m4") not in fast
@@ -85,3 +86,16 @@ def test_a_passed_result_without_a_custom_kernel_counts_for_fast_p_but_is_not_ra
     assert [r["submitter"] for r in got["rows"]] == ["alice"]
     bob = {(r["submitter"], r["model"]): r for r in got["fast_p"]}[("bob", "m2")]
     assert bob["correct"] == 1
+
+
+def test_on_a_cpu_only_service_nothing_that_never_ran_reaches_the_gpu_board(client, db):
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0, device="cpu", compile_ms=None), submitter="cat")
+    never_ran = eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code", device=None)
+    seed(db, never_ran, submitter="cat")
+    with db.session() as s:  # and one still queued
+        crud.create_submission(s, new_submission("gemm-groupnorm-hardtanh", submitter="cat"), token=None,
+                               queue_limit=None, max_attempts=3)
+    got = client.get("/api/leaderboard").json()
+    assert got["gpu"] == {"rows": [], "fast_p": []}
+    (cat,) = got["cpu"]["fast_p"]
+    assert (cat["problems"], cat["correct"], cat["fast_p_eager"]["1"]) == (1, 1, 1.0)

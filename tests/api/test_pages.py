@@ -56,6 +56,24 @@ def test_home_shows_best_passing_speedup_and_pass_rate(client, db):
     assert "50%" in row and "1 of 2" in row
 
 
+def test_home_board_of_a_device_shows_only_results_that_ran_on_it(client, db):
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0, device="cpu", compile_ms=None), submitter="cat")
+    never_ran = eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code", device=None)
+    seed(db, never_ran, submitter="cat")
+    gpu = client.get("/?device=cuda").text
+    assert "correct ·" not in gpu and '<path class="series"' not in gpu  # was "0/2 correct"
+    cpu = client.get("/?device=cpu").text
+    assert "1/1 correct" in cpu
+
+
+def test_a_submission_that_never_ran_shows_no_problem_size(client, db):
+    sid = seed(db, eval_result(static_error="the source defines no top-level `class ModelNew`", device=None))
+    html = client.get(f"/submissions/{sid}").text
+    assert "v1</dd>" in html and " size</dd>" not in html  # was "v1, default size"
+    ran = seed(db, eval_result(device="cpu"))
+    assert re.search(r"v1, \w+ size</dd>", client.get(f"/submissions/{ran}").text)
+
+
 def test_problem_page_ranks_passing_results_and_counts_every_verdict(client, db):
     fast = store(db, "level2/75", "passed", submitter="fast", rng_seed=1)
     slow = store(db, "level2/75", "passed", submitter="slow", rng_seed=2)

@@ -45,6 +45,13 @@ def test_a_raw_reply_is_accepted_and_a_reply_without_code_is_stored_with_a_warni
     assert detail["text_kind"] == "reply" and detail["status"] == "queued"
 
 
+def test_a_source_with_a_syntax_error_is_stored_with_a_warning_naming_the_line(client, tokens):
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n        return x\n"
+    r = client.post("/api/submissions", json=body(source=source), headers=Tokens.header(tokens.user))
+    assert r.status_code == 202
+    assert "syntax error in the source at line 3" in r.json()["warning"], r.json()
+
+
 def test_validation_errors_are_422_naming_the_field(client, db, tokens):
     h = Tokens.header(tokens.user)
     cases = [
@@ -75,6 +82,30 @@ def test_validation_errors_are_422_naming_the_field(client, db, tokens):
     json_h = {**h, "content-type": "application/json"}
     bad_json = client.post("/api/submissions", content=b'{"problem": ', headers=json_h)
     assert bad_json.status_code == 422 and "JSON" in bad_json.json()["detail"]
+    assert _count(db, Submission) == 0
+
+
+def test_malformed_json_is_422_saying_so_at_line_and_column_not_at_a_character_offset(client, db, tokens):
+    h = {**Tokens.header(tokens.user), "content-type": "application/json"}
+    r = client.post("/api/submissions", content=b'{"problem": "level2/75",\n "source": "x" "model": "m"}', headers=h)
+    assert r.status_code == 422
+    assert r.json()["detail"] == "the request body: not valid JSON (Expecting ',' delimiter at line 2 column 16)"
+    assert r.json()["errors"] == [{"field": "the request body", "type": "json_invalid",
+                                   "message": "not valid JSON (Expecting ',' delimiter at line 2 column 16)"}]
+    assert _count(db, Submission) == 0
+
+
+def test_json_sent_without_the_json_content_type_is_told_which_to_use(client, db, tokens):
+    payload = json.dumps(body()).encode()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):  # curl --data-binary sends the latter
+        r = client.post("/api/submissions", content=payload,
+                        headers={**Tokens.header(tokens.user), "content-type": content_type})
+        assert r.status_code == 422
+        assert r.json()["detail"] == (f"the request body: not sent as JSON (Content-Type {content_type}); send a "
+                                      "JSON object with the header 'Content-Type: application/json'")
+    # Sent as JSON, a body that is JSON but not an object keeps the schema's own message.
+    r = client.post("/api/submissions", json=[body()], headers=Tokens.header(tokens.user))
+    assert r.status_code == 422 and "valid dictionary" in r.json()["detail"]
     assert _count(db, Submission) == 0
 
 

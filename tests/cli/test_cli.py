@@ -8,13 +8,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import typer
+
+from harness.cli.eval_dir import slot_choice
+from harness.config import Settings
+
 from ..conftest import SUBMISSIONS
 
+REPO = Path(__file__).parents[2]
 
-def harness(*args: str, data_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_DATA_DIR": str(data_dir), "HARNESS_TIMED_CALLS_CPU": "3"}
+
+def harness(*args: str, data_dir: Path, timeout: float = 300, cwd: Path | None = None,
+            **env_extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_DATA_DIR": str(data_dir), "HARNESS_TIMED_CALLS_CPU": "3",
+           **env_extra}
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def test_eval_json_prints_the_result_model_on_stdout_and_logs_on_stderr(tmp_path):
@@ -35,18 +45,22 @@ def test_eval_text_report_shows_verdict_and_exit_code_1_on_failure(tmp_path):
     assert "verdict:    shape_mismatch" in p.stdout and "(1, 256, 128, 1)" in p.stdout
 
 
-def test_eval_with_an_external_problems_dir(tmp_path):
+def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
     level = tmp_path / "kb" / "level2"
     level.mkdir(parents=True)
-    builtin = Path(__file__).parents[2] / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
+    builtin = REPO / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
     small = builtin.read_text().replace("batch_size = 1024", "batch_size = 64").replace(
         "in_features = 8192", "in_features = 128").replace("out_features = 8192", "out_features = 128")
     (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
-    p = harness("eval", "--problems-dir", str(level), "--problem", "level2/30", "--submission",
-                str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--json", data_dir=tmp_path)
+    (tmp_path / "work").mkdir()
+    # Relative to the user's folder, which no child process runs in.
+    p = harness("eval", "--problems-dir", "../kb/level2", "--problem", "level2/30", "--submission",
+                str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--json", data_dir=tmp_path,
+                cwd=tmp_path / "work")
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)
-    assert result["verdict"] == "passed" and result["problem"]["source"].startswith(str(level))
+    assert result["verdict"] == "passed", result["message"]
+    assert result["problem"]["source"] == str(level.resolve() / "30_Gemm_GroupNorm_Hardtanh.py")
     assert result["problem"]["size"] == "default"  # an external problem has no small size
 
 
@@ -64,3 +78,36 @@ def test_problems_ls_and_show(tmp_path):
     assert "class Model" in show.stdout
     as_json = json.loads(harness("problems", "ls", "--json", data_dir=tmp_path).stdout)
     assert len(as_json) == 6
+
+
+def test_eval_on_cuda_without_a_visible_gpu_is_a_usage_error(tmp_path):
+    p = harness("eval", "-p", "level2/75", "-s", str(SUBMISSIONS / "l75_pytorch_correct.py"), "--device", "cuda",
+                data_dir=tmp_path, CUDA_VISIBLE_DEVICES="", COLUMNS="300")  # no line breaks in the box
+    assert p.returncode == 2, p.stderr
+    assert "no CUDA device is visible (CUDA_VISIBLE_DEVICES='' hides every GPU)" in p.stderr
+    assert "--device cpu" in p.stderr and "evaluating" not in p.stderr
+
+
+@pytest.mark.parametrize("device, gpus, slots", [
+    ("auto", None, "all"), ("auto", "0,1", "0,1"), ("cpu", None, "none"), ("cpu", "none", "none"),
+    ("auto", "none", "none"),  # --gpus none, as before --device existed
+])
+def test_eval_dir_device_and_gpus_give_the_workers_slots(device, gpus, slots, tmp_path):
+    assert slot_choice(device, gpus, Settings(data_dir=tmp_path)) == slots
+
+
+@pytest.mark.parametrize("device, gpus, error", [
+    ("cpu", "0", "--device cpu uses no GPU"), ("cuda", "none", "runs on the CPU"), ("gpu", None, "auto, cpu or cuda"),
+])
+def test_eval_dir_device_and_gpus_that_contradict_are_usage_errors(device, gpus, error, tmp_path):
+    with pytest.raises(typer.BadParameter, match=error):
+        slot_choice(device, gpus, Settings(data_dir=tmp_path))
+
+
+def test_eval_of_a_source_with_a_syntax_error_names_the_line_and_no_size(tmp_path):
+    source = tmp_path / "k.py"
+    source.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n        return x\n")
+    p = harness("eval", "-p", "level2/75", "-s", str(source), "--device", "cpu", data_dir=tmp_path)
+    assert p.returncode == 1
+    assert "message:    syntax error in the source at line 4: expected ':': 'def forward(self, x)'" in p.stdout
+    assert "problem:    gemm-groupnorm-min-biasadd v1 (level2/75)\n" in p.stdout  # nothing ran: no size

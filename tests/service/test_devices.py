@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from harness.config import Settings
-from harness.service.devices import SlotError, plan_slots
+from harness.service import devices
+from harness.service.devices import SlotError, cuda_device_missing, plan_slots
 
 
 @pytest.fixture
@@ -39,3 +42,31 @@ def test_no_gpu_means_one_cpu_slot(monkeypatch, settings):
     assert plan_slots("none", settings)[0].device == "cpu"
     with pytest.raises(SlotError, match="shows no GPU"):
         plan_slots("0", settings)
+
+
+def test_a_cuda_device_is_missing_when_cuda_visible_devices_hides_them_all(monkeypatch, settings):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cuda_device_missing(settings) == "CUDA_VISIBLE_DEVICES='' hides every GPU"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert cuda_device_missing(settings) is None
+
+
+def test_without_nvidia_smi_a_child_is_asked_and_a_failed_probe_decides_nothing(monkeypatch, settings):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devices.shutil, "which", lambda _name: None)
+    seen: list[str] = []
+
+    def probe(device: str, _settings: Settings, sees: str = "cpu") -> SimpleNamespace:
+        seen.append(device)
+        return SimpleNamespace(device=sees)
+
+    monkeypatch.setattr(devices, "probe_device", probe)
+    assert cuda_device_missing(settings) == "torch in a fresh process finds no CUDA device" and seen == ["auto"]
+    monkeypatch.setattr(devices, "probe_device", lambda d, s: probe(d, s, sees="cuda"))
+    assert cuda_device_missing(settings) is None
+
+    def broken(_device: str, _settings: Settings) -> SimpleNamespace:
+        raise RuntimeError("probing device 'auto' failed")
+
+    monkeypatch.setattr(devices, "probe_device", broken)
+    assert cuda_device_missing(settings) is None  # the evaluation's own probe reports the harness's fault

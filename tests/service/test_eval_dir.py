@@ -22,7 +22,7 @@ def test_eval_dir_evaluates_stores_and_reports_fast_p(svc_db, svc_settings, tmp_
     (run / "level_2_problem_40_sample_0_kernel.py").write_text("class ModelNew: pass\n")  # not a built-in problem
     (run / "notes.txt").write_text("not a generation")
     out = tmp_path / "report.json"
-    p = subprocess.run(harness_cmd("eval-dir", str(run), "--gpus", "none", "--model", "llm-x", "--json", str(out)),
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cpu", "--model", "llm-x", "--json", str(out)),
                        env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "fast_p over 2 problems, CPU results" in p.stdout and "level_2_problem_40_sample_0_kernel.py" in p.stdout
@@ -47,3 +47,20 @@ def test_a_folder_without_generations_is_a_usage_error(svc_settings, tmp_path):
     p = subprocess.run(harness_cmd("eval-dir", str(tmp_path)), env=service_env(svc_settings), capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "level_<L>_problem_<N>_sample_<S>_kernel.py" in p.stderr
+
+
+def test_gpus_none_still_runs_on_the_cpu_and_device_cuda_without_a_gpu_is_a_usage_error(svc_db, svc_settings,
+                                                                                         tmp_path):
+    run = tmp_path / "runs" / "no_code"
+    run.mkdir(parents=True)
+    (run / "level_2_problem_75_sample_0_kernel.py").write_text("Sorry, I cannot help with that.")
+    env = service_env(svc_settings, CUDA_VISIBLE_DEVICES="", COLUMNS="300")
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cuda"), env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "no CUDA device is visible" in p.stderr
+    with svc_db.session() as s:
+        assert s.scalar(select(func.count(Submission.id))) == 0  # refused before anything was stored
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--gpus", "none"), env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "level2/75" in p.stdout and "invalid_submission" in p.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 
 import httpx
@@ -63,6 +64,20 @@ def test_open_mode_is_refused_off_loopback(svc_settings):
     p = subprocess.run(harness_cmd("serve", "--open", "--host", "0.0.0.0", "--no-worker"),
                        env=service_env(svc_settings), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "loopback" in p.stderr
+
+
+def test_a_port_in_use_is_refused_before_any_url_token_or_database(svc_settings):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = subprocess.run(harness_cmd("serve", "--port", str(port), "--no-worker"), env=service_env(svc_settings),
+                           capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in p.stderr and "--port" in p.stderr
+    assert "KernelHarness on" not in p.stderr and "admin token" not in p.stderr
+    assert not (svc_settings.data_dir / "admin-token").exists()
+    assert not (svc_settings.data_dir / "harness.db").exists()
 
 
 def test_a_killed_server_takes_its_worker_with_it(svc_settings, tmp_path):

@@ -10,20 +10,8 @@ from harness import reporting
 from harness.api.deps import RegistryDep, SessionDep
 from harness.api.routes.submissions import find_problem
 from harness.api.schemas import Board, ErrorBody, LeaderboardPublic
-from harness.db import queries
-from harness.problems import Registry, UnknownProblem
 from harness.reporting import Scored
-from harness.service.outcomes import scored
-from harness.verdicts import Verdict
-
-
-def current_version(registry: Registry, problem_id: str, version: int) -> bool:
-    """Results for an older version of a problem are not comparable with today's."""
-    try:
-        return registry.get(problem_id).version == version
-    except UnknownProblem:
-        return True
-
+from harness.service.boards import board_results
 
 router = APIRouter(prefix="/api", tags=["leaderboard"])
 
@@ -37,20 +25,10 @@ def leaderboard(session: SessionDep, registry: RegistryDep, problem: str | None 
                 baseline: Literal["eager", "compile"] = "eager") -> LeaderboardPublic:
     """Rows rank each problem's best passing results by speedup over `baseline`; fast_p is the share of
     a submitter+model's problems solved correctly and more than p times faster (KernelBench's metric).
-    Results without a device (nothing ran: invalid submissions) count as failures on both boards;
-    infra errors (the harness's fault) count nowhere."""
+    A result counts on the board of the device it ran on; one that never ran (an invalid submission)
+    counts on neither, and infra errors (the harness's fault) count nowhere."""
     problem_ids = [find_problem(registry, problem).id] if problem else None
-    gpu: list[Scored] = []
-    cpu: list[Scored] = []
-    for sub, res in queries.scored_results(session, problem_ids):
-        if res.verdict == Verdict.infra_error.value or not current_version(registry, sub.problem_id,
-                                                                            res.problem_version):
-            continue
-        s = scored(sub, res)
-        if res.device in ("cuda", None):
-            gpu.append(s)
-        if res.device in ("cpu", None):
-            cpu.append(s)
+    boards = board_results(session, registry, problem_ids)
     return LeaderboardPublic(problem=problem_ids[0] if problem_ids else None, baseline=baseline,
-                             thresholds=list(reporting.FAST_P_THRESHOLDS), gpu=_board(gpu, baseline),
-                             cpu=_board(cpu, baseline))
+                             thresholds=list(reporting.FAST_P_THRESHOLDS), gpu=_board(boards["cuda"], baseline),
+                             cpu=_board(boards["cpu"], baseline))

@@ -1,0 +1,50 @@
+"""Which stored results count on the leaderboards, and on which one: the rule /api/leaderboard and the
+pages share.
+
+A result belongs to the board of the device it ran on: GPU results and CPU results (at the problems' small
+sizes) are not comparable. A result that never ran (an invalid submission: no device) belongs to no
+board, and neither does a submission still waiting for its result. The harness's own failures
+(infra_error) count nowhere, nor results for an older version of a problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from harness.db import queries
+from harness.db.models import Result, Submission
+from harness.problems import Registry, UnknownProblem
+from harness.reporting import Scored
+from harness.service.outcomes import scored
+from harness.verdicts import Verdict
+
+BOARDS = ("cuda", "cpu")
+
+
+def current_version(registry: Registry, problem_id: str, version: int) -> bool:
+    """Results for an older version of a problem are not comparable with today's."""
+    try:
+        return registry.get(problem_id).version == version
+    except UnknownProblem:
+        return True
+
+
+def board_of(registry: Registry, sub: Submission, res: Result) -> str | None:
+    """The board `res` counts on, or None."""
+    if res.verdict == Verdict.infra_error.value or not current_version(registry, sub.problem_id,
+                                                                        res.problem_version):
+        return None
+    return res.device if res.device in BOARDS else None
+
+
+def board_results(session: Session, registry: Registry, problem_ids: Sequence[str] | None = None
+                  ) -> dict[str, list[Scored]]:
+    """Every board's results (current results only), each board in BOARDS present, possibly empty."""
+    boards: dict[str, list[Scored]] = {board: [] for board in BOARDS}
+    for sub, res in queries.scored_results(session, problem_ids):
+        board = board_of(registry, sub, res)
+        if board is not None:
+            boards[board].append(scored(sub, res))
+    return boards
