@@ -20,9 +20,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness import __version__
 from harness.api import pages, submission_page
-from harness.api.deps import RegistryDep, SessionDep
+from harness.api.deps import RegistryDep, SessionDep, SettingsDep
 from harness.db import queries
 from harness.problems import UnknownProblem
+from harness.schema import Tolerance
 
 HERE = Path(__file__).resolve().parents[1]
 STATIC_DIR = HERE / "static"
@@ -114,11 +115,16 @@ def problem(problem: str, request: Request, session: SessionDep, registry: Regis
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission(submission_id: str, request: Request, session: SessionDep) -> HTMLResponse:
+def submission(submission_id: str, request: Request, session: SessionDep, settings: SettingsDep,
+               registry: RegistryDep) -> HTMLResponse:
     sub = queries.get_submission(session, int(submission_id)) if submission_id.isdigit() else None
     if sub is None:
         raise PageNotFound("Unknown submission", f"There is no submission {submission_id!r}.")
-    page = submission_page.submission_page(session, sub)
+    try:
+        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance
+    except UnknownProblem:
+        tolerance = None
+    page = submission_page.submission_page(session, sub, settings, tolerance)
     return _render(request, "submission.html", page=page)
 
 
