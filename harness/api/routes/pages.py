@@ -7,6 +7,7 @@ source made by code that escapes its text itself (`charts`, `submission_page.hig
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness import __version__
@@ -56,10 +58,16 @@ def _when(v: datetime | None) -> str:
     return "—" if v is None else v.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _breakable(text: Any) -> Markup:
+    """Escaped text that may wrap after `_`, `.`, `/` and `=`: identifiers such as 94_Gemm_BiasAdd_Hardtanh
+    or cuda.matmul.allow_tf32 have no spaces, and a narrow screen would otherwise break them mid-word."""
+    return Markup(re.sub(r"([_./=])", r"\1<wbr>", str(escape(str(text)))))  # noqa: S704 - escaped first
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(speedup=_speedup, ms=_ms, sci=_sci, pct=_pct, when=_when)
+    env.filters.update(speedup=_speedup, ms=_ms, sci=_sci, pct=_pct, when=_when, breakable=_breakable)
     env.globals.update(version=__version__, verdict_colours=pages.VERDICT_COLOURS)
     return env
 
