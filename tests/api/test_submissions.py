@@ -192,4 +192,4 @@ def test_a_job_whose_worker_went_silent_says_since_when_and_when_it_goes_back_to
     assert datetime.fromisoformat(waiting["requeue_at"]) == last + timedelta(seconds=120)
     assert "has been silent since" in waiting["message"] and "goes back to the queue at" in waiting["message"]
     page = client.get(f"/submissions/{sub.id}").text
-    assert "No word from the worker" in page and last.strftime("%H:%M:%S") in page
+    assert "Its worker gpu-host:4242:abc has been silent since" in page and last.strftime("%H:%M:%S") in page
