@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # Service: queue and workers
     lease_s: float = Field(default=120.0, gt=0,
                            description="A claimed job whose worker sends no heartbeat for this long is requeued.")
+    heartbeat_s: float = Field(default=10.0, gt=0, description="How often a worker renews its leases and reports "
+                               "itself alive (at most a quarter of lease_s); silent for 3 of these, it is no longer "
+                               "listed as live, and its jobs' pages say so.")
     max_attempts: int = Field(default=3, ge=1, description="Evaluations of one job before infra_error is final.")
     retry_delay_s: float = Field(default=10.0, ge=0, description="Wait before retrying a job after an infra_error.")
     worker_poll_s: float = Field(default=1.0, gt=0, description="How often an idle worker looks for jobs.")
@@ -105,6 +108,16 @@ class Settings(BaseSettings):
     def _absolute(cls, path: Path | None) -> Path | None:
         """Children run in temp dirs of their own: a relative path must not reach them as such."""
         return None if path is None else path.expanduser().resolve()
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        # Several beats fit in one lease, or a lease could expire between two of them.
+        return max(0.2, min(self.heartbeat_s, self.lease_s / 4))
+
+    @property
+    def worker_silent_after_s(self) -> float:
+        """A worker with no heartbeat for this long has missed several: it is shown as silent (not live)."""
+        return 3 * self.heartbeat_interval_s
 
 
 @lru_cache(maxsize=1)

@@ -249,12 +249,22 @@ def observations(rng: random.Random, outcome: str, kb: str, speedup: float, kern
     return obs
 
 
+# What the trusted process records (sandbox/torchflags.snapshot) under torch 2.13's defaults.
+REFERENCE_TORCH_FLAGS = {
+    "default_dtype": "torch.float32", "float32_matmul_precision": "highest", "deterministic_algorithms": False,
+    "cuda.matmul.allow_tf32": False, "cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+    "cuda.matmul.allow_bf16_reduced_precision_reduction": True, "cudnn.enabled": True, "cudnn.allow_tf32": True,
+    "cudnn.benchmark": False, "cudnn.deterministic": False, "fp32_precision": "none",
+    "cuda.matmul.fp32_precision": "none", "cudnn.fp32_precision": "none",
+}
+
+
 def _provenance(rng: random.Random, when: datetime) -> Provenance:
     return Provenance(harness_version=__version__, device="cuda", device_name="NVIDIA H100 80GB HBM3",
                       compute_capability="9.0", torch_version="2.11.0+cu130", cuda_version="13.0",
                       driver_version="580.159.04", python_version="3.11.9",
                       hostname=f"gpu-node-{rng.randrange(1, 5):02d}",
-                      reference_torch_flags={"allow_tf32": False, "float32_matmul_precision": "highest"},
+                      reference_torch_flags=REFERENCE_TORCH_FLAGS,
                       started_at=when, wall_s=round(rng.uniform(25, 140), 1))
 
 

@@ -72,7 +72,7 @@ def test_a_missing_or_unreadable_handed_over_output_is_flagged():
     assert _checks(_passing(candidate_timing=_window_timing(1.0), timed_outputs=missing)) == \
         (Verdict.flagged, ["timed_outputs"])
     fifo = _handed_over(0.0)
-    fifo.calls[0] = TrialFigures(trial=0, inputs="timed window", structure_error="handover_0_1.pt is not a regular file")
+    fifo.calls[0] = TrialFigures(trial=0, inputs="timed window", file_error="handover_0_1.pt is not a regular file")
     g = grade(_passing(candidate_timing=_window_timing(1.0), timed_outputs=fifo), TOL)
     assert g.verdict == Verdict.flagged and "not a regular file" in g.log_excerpt
 

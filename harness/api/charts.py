@@ -133,42 +133,80 @@ class Strip:
     links: list[str] | None = None  # one URL per value
 
 
-def _log_range(values: Sequence[float]) -> tuple[float, float]:
-    lo = min([*values, 0.5])
-    hi = max([*values, 2.0])
-    return 2 ** math.floor(math.log2(lo)), 2 ** math.ceil(math.log2(hi))
+# Tick families for a log axis of speedups, densest first: the first that labels the range in at most
+# MAX_LOG_TICKS ticks is used. Each maps an integer k to the k-th tick.
+_LOG_FAMILIES = (
+    lambda k: 2.0 ** k,  # 0.25x 0.5x 1x 2x 4x
+    lambda k: (1, 2, 5)[k % 3] * 10.0 ** (k // 3),  # 0.1x 0.2x 0.5x 1x 2x 5x
+    lambda k: 10.0 ** k,  # 0.01x 0.1x 1x 10x 100x
+    lambda k: 100.0 ** k,
+    lambda k: 1000.0 ** k,
+)
+# Labels of a 640-wide chart drawn at a phone's width need ~100 units each (see style.css).
+MAX_LOG_TICKS = 6
+
+
+def log_ticks(values: Sequence[float]) -> list[float]:
+    """Round ticks of a log axis that spans `values` and 1x (at least 0.5x to 2x): the first family of
+    _LOG_FAMILIES that does it in at most MAX_LOG_TICKS; the first and last tick are the axis' ends."""
+    lo, hi = min([*values, 0.5]), max([*values, 2.0])
+    for tick in _LOG_FAMILIES:
+        # Each family grows by k; start from a k at or below lo and walk up past hi.
+        k = 0
+        while tick(k) > lo:
+            k -= 1
+        while tick(k + 1) <= lo:
+            k += 1
+        ticks = [tick(k)]
+        while ticks[-1] < hi and len(ticks) <= MAX_LOG_TICKS:
+            k += 1
+            ticks.append(tick(k))
+        if len(ticks) <= MAX_LOG_TICKS:
+            return ticks
+    return [10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi))]
+
+
+def speedup_label(v: float) -> str:
+    """A tick's label: 0.01x, 0.25x, 1x, 10x, 100x (round values only: ticks are chosen to be round)."""
+    return f"{v:.10g}×"
 
 
 def speedup_strips(strips: Sequence[Strip], title: str = "speedups", reference: float = 1.0) -> Markup:
-    """One row of dots per label on a log axis of speedup, with a line at `reference` (1×: as fast)."""
+    """One band per label, its name above its own dots, on a log axis of speedup with a line at
+    `reference` (1×: as fast). The bands alternate in shade, so each name sits with its dots."""
     rows = max(len(strips), 1)
-    row_h = 42
-    fr = _Frame(width=640, height=30 + row_h * rows + 40, left=24, right=24, top=30, bottom=40)
+    row_h = 50
+    # Margins hold half of an end tick's label at a phone's font size (style.css), and the axis title.
+    fr = _Frame(width=640, height=30 + row_h * rows + 50, left=36, right=36, top=30, bottom=50)
     values = [v for s in strips for v in s.values if v > 0]
-    lo, hi = _log_range(values or [1.0])
+    ticks = log_ticks(values or [1.0])
+    lo, hi = ticks[0], ticks[-1]
 
     def sx(v: float) -> float:
-        return fr.x0 + (fr.x1 - fr.x0) * (math.log2(v) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        return fr.x0 + (fr.x1 - fr.x0) * (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
 
-    body = ['<g class="grid">']
-    tick = lo
-    while tick <= hi * 1.0001:
-        body.append(f'<line x1="{_f(sx(tick))}" x2="{_f(sx(tick))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
-        body.append(_text(sx(tick), fr.y0 + 20, f"{tick:g}×", "tick"))
-        tick *= 2
+    body = []
+    for i in range(len(strips)):
+        top = fr.y1 + row_h * i
+        body.append(f'<rect class="band{" odd" if i % 2 else ""}" x="0" y="{_f(top)}" width="{fr.width}" '
+                    f'height="{row_h}"/>')
+    body.append('<g class="grid">')
+    for t in ticks:
+        body.append(f'<line x1="{_f(sx(t))}" x2="{_f(sx(t))}" y1="{_f(fr.y0)}" y2="{_f(fr.y1)}"/>')
+        body.append(_text(sx(t), fr.y0 + 22, speedup_label(t), "tick"))
     body.append("</g>")
     body.append(f'<line class="marker" x1="{_f(sx(reference))}" x2="{_f(sx(reference))}" y1="{_f(fr.y0)}" '
                 f'y2="{_f(fr.y1 - 8)}"/>')
     body.append(_text(sx(reference), fr.y1 - 12, "as fast as the baseline", "tick"))
     for i, s in enumerate(strips):
-        y = fr.y1 + row_h * i + row_h / 2
-        body.append(_text(fr.x0, y - 8, s.label, "strip-label", "start"))
+        top = fr.y1 + row_h * i
         body.append(f'<g class="strip" data-series="{escape(s.label)}" fill="{s.colour}">')
+        body.append(_text(8, top + 19, s.label, "strip-label", "start"))
         for j, v in enumerate(s.values):
             if v <= 0:
                 continue
-            dot = (f'<circle cx="{_f(sx(v))}" cy="{_f(y + 9)}" r="6"><title>{escape(s.label)}: {v:.3f}×'
-                   "</title></circle>")
+            dot = (f'<circle cx="{_f(sx(v))}" cy="{_f(top + row_h - 14)}" r="6"><title>{escape(s.label)}: '
+                   f"{v:.3f}×</title></circle>")
             if s.links:
                 dot = f'<a href="{escape(s.links[j])}">{dot}</a>'
             body.append(dot)

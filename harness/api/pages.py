@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 from harness import reporting
 from harness.api import charts
 from harness.db import queries
-from harness.db.models import UNFINISHED_STATUSES, Result, Submission
+from harness.db.models import UNFINISHED_STATUSES, Result, ResultOrigin, Submission
 from harness.problems import Registry
 from harness.problems.spec import ProblemSpec
 from harness.reporting import Scored
+from harness.schema import Tolerance
 from harness.service.boards import BOARDS, board_results
 from harness.verdicts import Verdict
 
@@ -178,6 +179,8 @@ class ResultRow:
     ref_err_vs_fp64: float | None
     flags: list[str]
     created_at: datetime
+    tolerance: Tolerance | None  # the one it was graded at
+    regraded: bool
     rank: int | None = None
 
     @property
@@ -208,6 +211,8 @@ def result_row(sub: Submission, res: Result | None) -> ResultRow:
         speedup_vs_compile=res.speedup_vs_compile if res else None,
         candidate_ms=res.candidate_ms if res else None, created_at=sub.created_at,
         flags=list(res.flags or []) if res else [],
+        tolerance=Tolerance(atol=res.atol, rtol=res.rtol) if res else None,
+        regraded=res is not None and res.origin == ResultOrigin.regrade.value,
         max_abs_err=res.max_abs_err if res else None, err_vs_fp64=res.err_vs_fp64 if res else None,
         ref_err_vs_fp64=res.ref_err_vs_fp64 if res else None)
 

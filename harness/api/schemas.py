@@ -130,8 +130,19 @@ class SubmissionSummary(BaseModel):
     verdict: str | None
     message: str | None
     device: str | None
+    tolerance: Tolerance | None = Field(description="The tolerance the current result was graded at.")
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
+
+
+class WorkerSilence(BaseModel):
+    """An evaluation whose worker has stopped sending heartbeats: what the submission is waiting for."""
+
+    worker_id: str | None
+    silent_since: datetime = Field(description="The job's last heartbeat.")
+    requeue_at: datetime | None = Field(description="When its lease expires and the job goes back to the queue "
+                                        "(sooner if a worker restarts on that host).")
+    message: str
 
 
 class SubmissionPublic(BaseModel):
@@ -149,6 +160,8 @@ class SubmissionPublic(BaseModel):
     position: int | None = Field(description="Place in the queue while queued.")
     attempts: int
     verdict: str | None = Field(description="The current result's verdict.")
+    waiting: WorkerSilence | None = Field(None, description="Set while compiling or running and the job's worker "
+                                          "has sent no heartbeat for several intervals.")
     result: ResultPublic | None
 
 
@@ -208,23 +221,33 @@ class ReevalRequest(BaseModel):
     atol: float | None = Field(None, gt=0, description="With regrade_only: grade under this tolerance "
                                "(one of atol and rtol given alone stands for both).")
     rtol: float | None = Field(None, ge=0)
+    undo: bool = Field(False, description="Restore the grading each matching result had before its latest re-grade.")
+    dry_run: bool = Field(False, description="With regrade_only or undo: report what would change, write nothing.")
 
     @model_validator(mode="after")
     def _rtol_alone_is_a_valid_atol(self) -> ReevalRequest:
         if self.atol is None and self.rtol == 0:
             raise ValueError("rtol given alone stands for atol too, and atol must be greater than 0: "
                              "give atol as well (e.g. atol=1e-4, rtol=0)")
+        if self.undo and self.regrade_only:
+            raise ValueError("undo restores the grading before a re-grade: give it without regrade_only")
         return self
 
 
 class ReevalSummary(BaseModel):
     matched: int
+    dry_run: bool = False
     queued: int = 0
     already_queued: int = 0
-    regraded: int = 0
+    regraded: int = Field(0, description="Results given a new revision (re-grade): verdict changed, or graded at "
+                          "another tolerance with the same verdict.")
+    verdicts_changed: int = 0
     unchanged: int = 0
-    skipped: int = 0
-    transitions: dict[str, int] = Field(default_factory=dict, description="'before -> after': count (regrade).")
+    skipped: int = Field(0, description="Results without figures a tolerance applies to (re-grade), or without a "
+                         "re-grade to undo (undo).")
+    restored: int = Field(0, description="Results whose grading before their latest re-grade is current again.")
+    transitions: dict[str, int] = Field(default_factory=dict, description="'before -> after': count.")
+    outcomes: dict[str, int] = Field(default_factory=dict, description="What happened to each result: count.")
 
 
 class ReevalOne(BaseModel):

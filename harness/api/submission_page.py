@@ -14,9 +14,12 @@ from sqlalchemy.orm import Session
 
 from harness.api import charts
 from harness.api.pages import VERDICT_COLOURS
+from harness.api.schemas import WorkerSilence
+from harness.api.views import worker_silence
+from harness.config import Settings
 from harness.db import queries
 from harness.db.models import UNFINISHED_STATUSES, Job, Result, Submission
-from harness.schema import EvalResult, OutputFigures, TimingStats
+from harness.schema import EvalResult, OutputFigures, TimingStats, Tolerance
 from harness.submission import InvalidSubmission, extract
 
 REFRESH_S = 5  # while queued or running, the page reloads itself this often
@@ -87,6 +90,10 @@ class SubmissionPage:
     trials: list[TrialLine]
     timing_svg: Markup | None
     timings: list[tuple[str, TimingStats]]
+    waiting: WorkerSilence | None  # its worker has gone silent mid-evaluation
+    workers_live: int  # workers heard from lately: with none, a queued job waits for one to start
+    silent_after_s: float
+    problem_tolerance: Tolerance | None  # the problem's tolerance now, where the result's differs from it
 
 
 def _logs(r: EvalResult) -> list[Log]:
@@ -111,7 +118,8 @@ def _logs(r: EvalResult) -> list[Log]:
     return logs
 
 
-def submission_page(session: Session, sub: Submission) -> SubmissionPage:
+def submission_page(session: Session, sub: Submission, settings: Settings,
+                    problem_tolerance: Tolerance | None) -> SubmissionPage:
     job = queries.latest_job(session, sub.id)
     position = queries.queue_position(session, job) if job else None
     row = queries.get_result(session, sub.current_result_id)
@@ -136,8 +144,12 @@ def submission_page(session: Session, sub: Submission) -> SubmissionPage:
                 charts.Spread(label, t.n, t.min_ms, t.median_ms, t.mean_ms, t.max_ms, t.std_ms, charts.colour(i))
                 for i, (label, t) in enumerate(timings)], "timing distribution of the timed calls")
     unfinished = sub.status in UNFINISHED_STATUSES
+    waiting = worker_silence(job, queries.db_now(session), settings.worker_silent_after_s)
+    live = len(queries.live_workers(session, settings.worker_silent_after_s)) if unfinished else 0
     return SubmissionPage(
         sub=sub, job=job, position=position, row=row, result=result, refresh_s=REFRESH_S if unfinished else None,
         verdict_colour=VERDICT_COLOURS.get(sub.verdict or "pending", "#999"), source_html=source_html,
         extract_error=extract_error, is_reply=sub.text_kind == "reply", logs=_logs(result) if result else [],
-        trials=trials, timing_svg=timing_svg, timings=timings)
+        trials=trials, timing_svg=timing_svg, timings=timings, waiting=waiting, workers_live=live,
+        silent_after_s=settings.worker_silent_after_s,
+        problem_tolerance=problem_tolerance if result is None or problem_tolerance != result.tolerance else None)

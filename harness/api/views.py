@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from harness.api.schemas import (
     ErrorFigures,
     ProblemPublic,
@@ -10,10 +12,11 @@ from harness.api.schemas import (
     SubmissionPublic,
     SubmissionSummary,
     Timings,
+    WorkerSilence,
 )
-from harness.db.models import Job, Result, Submission
+from harness.db.models import ACTIVE_STATUSES, Job, Result, Submission
 from harness.problems.spec import ProblemSpec
-from harness.schema import EvalResult
+from harness.schema import EvalResult, Tolerance
 
 
 def _errors(r: EvalResult) -> ErrorFigures:
@@ -42,13 +45,32 @@ def result_public(row: Result) -> ResultPublic:
     )
 
 
-def submission_public(sub: Submission, result: Result | None, job: Job | None, position: int | None
-                      ) -> SubmissionPublic:
+def worker_silence(job: Job | None, now: datetime, silent_after_s: float) -> WorkerSilence | None:
+    """What a claimed job waits for when its worker has missed several heartbeats (it died, hung, or lost
+    the database); None while the worker is heard from."""
+    if job is None or job.status not in ACTIVE_STATUSES or job.heartbeat_at is None:
+        return None
+    silent_s = (now - job.heartbeat_at).total_seconds()
+    if silent_s < silent_after_s:
+        return None
+    since = job.heartbeat_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    message = f"its worker {job.worker_id} has been silent since {since} ({silent_s:.0f} s)"
+    if job.lease_expires_at is not None:
+        at = job.lease_expires_at.strftime("%H:%M:%S UTC")
+        message += (f"; the job goes back to the queue at {at}, when its lease expires, or sooner if a worker "
+                    "restarts on that host" if job.lease_expires_at > now else
+                    f"; its lease expired at {at}: the next worker that looks puts the job back in the queue")
+    return WorkerSilence(worker_id=job.worker_id, silent_since=job.heartbeat_at, requeue_at=job.lease_expires_at,
+                         message=message)
+
+
+def submission_public(sub: Submission, result: Result | None, job: Job | None, position: int | None,
+                      waiting: WorkerSilence | None = None) -> SubmissionPublic:
     return SubmissionPublic(
         id=sub.id, problem_id=sub.problem_id, problem_version=sub.problem_version, submitter=sub.submitter,
         model=sub.model, tags=sub.tags, metadata=sub.meta, text_kind=sub.text_kind, text=sub.text,
         created_at=sub.created_at, status=sub.status, position=position, attempts=job.attempts if job else 0,
-        verdict=sub.verdict, result=result_public(result) if result else None,
+        verdict=sub.verdict, waiting=waiting, result=result_public(result) if result else None,
     )
 
 
@@ -57,6 +79,7 @@ def submission_summary(sub: Submission, result: Result | None) -> SubmissionSumm
         id=sub.id, problem_id=sub.problem_id, submitter=sub.submitter, model=sub.model, tags=sub.tags,
         created_at=sub.created_at, status=sub.status, verdict=sub.verdict,
         message=result.message if result else None, device=result.device if result else None,
+        tolerance=Tolerance(atol=result.atol, rtol=result.rtol) if result else None,
         speedup_vs_eager=result.speedup_vs_eager if result else None,
         speedup_vs_compile=result.speedup_vs_compile if result else None,
     )

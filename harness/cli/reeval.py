@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -21,14 +20,33 @@ from harness.service.runtime import settings_with, setup_logging
 from harness.verdicts import Verdict
 
 
-def _summary(title: str, transitions: Counter[tuple[str, str]], console: Console) -> None:
+def _summary(title: str, rows: list[tuple[str, str, str, int]], console: Console, dry_run: bool = False) -> None:
+    """The title, then one line per (verdict before, verdict after, what happened)."""
     console.print(title, soft_wrap=True)
     table = Table()
-    for col in ("verdict before", "verdict after", "submissions"):
+    for col in ("verdict before", "verdict after", "what would happen" if dry_run else "what happened", "submissions"):
         table.add_column(col)
-    for (before, after), n in sorted(transitions.items()):
-        table.add_row(before, after if after != before else f"{after} (same)", str(n))
+    for before, after, what, n in sorted(rows):
+        table.add_row(before, after, what, str(n))
     console.print(table)
+
+
+def _regrade_report(summary: reeval.RegradeSummary, under: str, undo: bool, console: Console) -> None:
+    verb = "would " if summary.dry_run else ""
+    if undo:
+        title = (f"{summary.matched} results matched: {summary.restored} {verb}go back to the grading before their "
+                 f"latest re-grade, {summary.skipped} have no re-grade to undo")
+    else:
+        title = (f"{summary.matched} results matched, re-graded under {under}: {summary.verdicts_changed} verdicts "
+                 f"{verb}change, {summary.count(reeval.Outcome.same_verdict)} {verb}keep their verdict (a new revision "
+                 f"records the tolerance), {summary.unchanged} unchanged, {summary.skipped} without figures that a "
+                 "tolerance applies to (left as they are)")
+    if summary.dry_run:
+        title += "\ndry run: nothing was written"
+    elif summary.regraded:
+        title += ("\neach result shows the tolerance it was graded at; the previous grading is kept: "
+                  "`harness reeval --undo` with the same filters restores it")
+    _summary(title, [(b, a, o.value, n) for (b, a, o), n in summary.transitions.items()], console, summary.dry_run)
 
 
 def watch_jobs(db: Database, job_ids: list[int]) -> None:
@@ -55,6 +73,9 @@ def reeval_command(
     atol: float = typer.Option(None, "--atol", min=0.0, help="With --regrade-only: absolute tolerance."),
     rtol: float = typer.Option(None, "--rtol", min=0.0, help="With --regrade-only: relative tolerance."),
     v01: bool = typer.Option(False, "--v01-tolerance", help="With --regrade-only: KernelBench v0.1's 1e-2."),
+    undo: bool = typer.Option(False, "--undo", help="Restore the grading each matching result had before its "
+                              "latest re-grade."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write and queue nothing."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Watch the queued jobs until they are done."),
     problems_dir: Path = typer.Option(None, "--problems-dir", exists=True, file_okay=False),
     database_url: str = typer.Option(None, "--database-url"),
@@ -67,7 +88,9 @@ def reeval_command(
 
       harness reeval --verdict infra_error                 # run them again
 
-      harness reeval --problem level2/75 --regrade-only --v01-tolerance
+      harness reeval --problem level2/75 --regrade-only --v01-tolerance --dry-run
+
+      harness reeval --problem level2/75 --undo            # back to the grading before the re-grade
 
       harness reeval --since 2026-01-01 --no-wait
     """
@@ -75,6 +98,9 @@ def reeval_command(
     console = Console()
     if (atol is not None or rtol is not None or v01) and not regrade_only:
         raise typer.BadParameter("a tolerance applies to --regrade-only", param_hint="--atol/--rtol/--v01-tolerance")
+    if undo and regrade_only:
+        raise typer.BadParameter("--undo restores the grading before a re-grade; give it without --regrade-only",
+                                 param_hint="--undo")
     settings = settings_with(database_url=database_url, problems_dir=problems_dir)
     registry = get_registry(settings.problems_dir)
     problem_id = None
@@ -86,6 +112,10 @@ def reeval_command(
             raise typer.Exit(2) from None
     f = queries.SubmissionFilter(problem_id=problem_id, verdict=verdict.value if verdict else None, since=since)
     db = Database(settings)
+    if undo:
+        with db.session() as s:
+            _regrade_report(reeval.undo_regrade(s, f, dry_run=dry_run), "", True, console)
+        return
     if regrade_only:
         try:
             tolerance = reeval.tolerance_from(atol, rtol, V01_TOLERANCE if v01 else None)
@@ -96,11 +126,14 @@ def reeval_command(
             task = bar.add_task("regrade", total=None)
             with db.session() as s:
                 summary = reeval.regrade_matching(
-                    s, registry, f, tolerance=tolerance,
+                    s, registry, f, tolerance=tolerance, dry_run=dry_run,
                     progress=lambda done, total: bar.update(task, completed=done, total=total))
-        under = str(tolerance) if tolerance else "each problem's tolerance"
-        _summary(f"re-graded {summary.matched} results under {under}: {summary.regraded} changed, {summary.unchanged} "
-                 f"unchanged, {summary.skipped} without figures (skipped)", summary.transitions, console)
+        _regrade_report(summary, str(tolerance) if tolerance else "each problem's tolerance", False, console)
+        return
+    if dry_run:
+        with db.session() as s:
+            n = len(queries.submission_ids(s, f))
+        typer.echo(f"{n} submissions match; dry run: nothing queued", err=True)
         return
     with db.session() as s:
         queued = reeval.requeue(s, settings, f)
@@ -109,5 +142,6 @@ def reeval_command(
     if not wait or not queued.job_ids:
         return
     watch_jobs(db, queued.job_ids)
-    _summary(f"re-evaluated {len(queued.job_ids)} submissions", reeval.verdict_transitions(db, queued.verdict_before),
-             console)
+    _summary(f"re-evaluated {len(queued.job_ids)} submissions",
+             [(b, a, "same verdict" if a == b else "verdict changed", n)
+              for (b, a), n in reeval.verdict_transitions(db, queued.verdict_before).items()], console)

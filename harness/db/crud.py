@@ -6,7 +6,7 @@ read and waits out the busy timeout instead of failing. Queue transitions are co
 the claim token a claim hands out: a worker whose lease expired and whose job was claimed again
 finds its later writes match no row, so a job's result is written once.
 
-Queue times (leases, back-offs) come from one clock, `_now`: on PostgreSQL the database server's, since a
+Queue times (leases, back-offs) come from one clock, `db_now`: on PostgreSQL the database server's, since a
 lease one host writes is judged expired by another, and hosts' clocks drift.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import delete, false, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from harness.db.models import (
@@ -68,7 +68,7 @@ def _is_postgres(session: Session) -> bool:
     return session.get_bind().dialect.name == "postgresql"
 
 
-def _now(session: Session) -> datetime:
+def db_now(session: Session) -> datetime:
     """Now, by the database's clock where the database is shared between hosts (PostgreSQL)."""
     if _is_postgres(session):
         naive = session.scalar(text("SELECT statement_timestamp() AT TIME ZONE 'UTC'"))
@@ -146,11 +146,11 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
         sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
                          text_kind=new.text_kind, submitter=_text(new.submitter), model=_text(new.model), tags=new.tags,
                          meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value,
-                         created_at=new.created_at or _now(session))
+                         created_at=new.created_at or db_now(session))
         session.add(sub)
         session.flush()
         job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
-                  not_before=_now(session))
+                  not_before=db_now(session))
         session.add(job)
         session.commit()
     except BaseException:
@@ -169,7 +169,7 @@ def enqueue(session: Session, submission_ids: Iterable[int], *, reason: str, max
     session.execute(select(Submission.id).where(Submission.id.in_(ids)).with_for_update())
     busy = set(session.scalars(select(Job.submission_id).where(Job.submission_id.in_(ids),
                                                                Job.status.in_(UNFINISHED_STATUSES))))
-    now = _now(session)
+    now = db_now(session)
     jobs = [Job(submission_id=i, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
                 not_before=now) for i in ids if i not in busy]
     session.add_all(jobs)
@@ -236,11 +236,23 @@ def add_regraded_result(session: Session, old: Result, regraded: EvalResult) -> 
     row = _result_row(old.submission_id, None, ResultOrigin.regrade, regraded, regraded_from=old.id)
     session.add(row)
     session.flush()
-    sub_status = session.scalar(select(Submission.status).where(Submission.id == old.submission_id))
-    # A submission being evaluated again keeps its queue status; the new evaluation will supersede this.
-    _set_current(session, row, status=None if sub_status in UNFINISHED_STATUSES else JobStatus.done.value)
+    _make_current_revision(session, row)
     session.commit()
     return row
+
+
+def restore_result(session: Session, previous: Result) -> None:
+    """Make an earlier result of a submission its current one again (the undo of a re-grade); the
+    re-graded row stays, as history."""
+    _write(session)
+    _make_current_revision(session, previous)
+    session.commit()
+
+
+def _make_current_revision(session: Session, row: Result) -> None:
+    sub_status = session.scalar(select(Submission.status).where(Submission.id == row.submission_id))
+    # A submission being evaluated again keeps its queue status; the new evaluation will supersede this.
+    _set_current(session, row, status=None if sub_status in UNFINISHED_STATUSES else JobStatus.done.value)
 
 
 # ---- the queue -------------------------------------------------------------------------------------
@@ -264,7 +276,7 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
     another claimer holds, and the outer `status = 'queued'` re-checks the row once locked.
     """
     _write(session)
-    now = _now(session)
+    now = db_now(session)
     pick = (select(Job.id).where(Job.status == JobStatus.queued.value, Job.not_before <= now)
             .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(skip_locked=True))
     if batch is not None:
@@ -292,7 +304,7 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
 def heartbeat(session: Session, worker_id: str, claim_tokens: Iterable[str], lease_s: float) -> set[str]:
     """Extend the leases of the jobs a worker holds; returns the tokens it still holds."""
     _write(session)
-    now = _now(session)
+    now = db_now(session)
     tokens = list(claim_tokens)
     held: set[str] = set()
     if tokens:
@@ -328,7 +340,7 @@ def complete_job(session: Session, job_id: int, claim_token: str, result: EvalRe
     _write(session)
     sub_id = session.scalar(select(Job.submission_id).where(Job.id == job_id))
     if sub_id is None or not _cas(session, job_id, claim_token, status=JobStatus.done.value,
-                                  finished_at=_now(session), last_error=None):
+                                  finished_at=db_now(session), last_error=None):
         session.rollback()
         return None
     row = _result_row(sub_id, job_id, origin, result)
@@ -343,7 +355,7 @@ def retry_job(session: Session, job_id: int, claim_token: str, error: str, delay
     """Put a job that met an infra error back in the queue, after a back-off."""
     _write(session)
     ok = _cas(session, job_id, claim_token, status=JobStatus.queued.value, claim_token=None, lease_expires_at=None,
-              last_error=_text(error[:4000]), not_before=_now(session) + timedelta(seconds=delay_s))
+              last_error=_text(error[:4000]), not_before=db_now(session) + timedelta(seconds=delay_s))
     if ok:
         _set_submission_status_of_job(session, job_id, JobStatus.queued.value)
     session.commit()
@@ -367,18 +379,24 @@ def _set_submission_status_of_job(session: Session, job_id: int, status: str) ->
 
 
 def requeue_expired(session: Session, lost_result: Callable[[Submission, Job], EvalResult],
-                    now: datetime | None = None) -> tuple[list[int], list[int]]:
-    """Jobs whose worker stopped renewing its lease go back to the queue; those out of attempts get
-    an infra_error result from `lost_result`. Returns (requeued job ids, failed job ids)."""
+                    now: datetime | None = None, *, dead_workers: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+    """Jobs whose worker stopped renewing its lease go back to the queue, and at once those of
+    `dead_workers` (known to be gone: their process no longer runs), who are marked stopped. Jobs out of
+    attempts get an infra_error result from `lost_result`. Returns (requeued job ids, failed job ids)."""
     _write(session)
-    now = now or _now(session)
+    now = now or db_now(session)
+    gone = Job.worker_id.in_(dead_workers) if dead_workers else false()
     # SKIP LOCKED (PostgreSQL): a row locked now is being renewed, finished or requeued by someone else.
-    expired = session.scalars(select(Job).where(Job.status.in_(ACTIVE_STATUSES), Job.lease_expires_at < now)
+    expired = session.scalars(select(Job).where(Job.status.in_(ACTIVE_STATUSES), or_(Job.lease_expires_at < now, gone))
                               .order_by(Job.id).with_for_update(skip_locked=True)).all()
+    if dead_workers:
+        session.execute(update(WorkerRow).where(WorkerRow.id.in_(dead_workers), WorkerRow.stopped_at.is_(None))
+                        .values(stopped_at=now))
     requeued: list[int] = []
     failed: list[int] = []
     for job in expired:
-        note = f"the lease of worker {job.worker_id} expired (attempt {job.attempts} of {job.max_attempts})"
+        why = "is gone" if job.worker_id in dead_workers else "stopped renewing its lease"
+        note = f"worker {job.worker_id} {why} (attempt {job.attempts} of {job.max_attempts})"
         if job.attempts < job.max_attempts:
             if _cas(session, job.id, job.claim_token or "", status=JobStatus.queued.value, claim_token=None,
                     lease_expires_at=None, last_error=note):
@@ -402,7 +420,7 @@ def requeue_expired(session: Session, lost_result: Callable[[Submission, Job], E
 
 def register_worker(session: Session, worker_id: str, *, hostname: str, pid: int, slots: list[str]) -> None:
     _write(session)
-    now = _now(session)
+    now = db_now(session)
     session.merge(WorkerRow(id=worker_id, hostname=hostname, pid=pid, slots=slots, started_at=now,
                             last_seen=now, stopped_at=None))
     session.commit()
@@ -410,5 +428,5 @@ def register_worker(session: Session, worker_id: str, *, hostname: str, pid: int
 
 def worker_stopped(session: Session, worker_id: str) -> None:
     _write(session)
-    session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(stopped_at=_now(session)))
+    session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(stopped_at=db_now(session)))
     session.commit()

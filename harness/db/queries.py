@@ -10,8 +10,8 @@ from pydantic import BaseModel
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer
 
-from harness.db.crud import hash_token
-from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow, utcnow
+from harness.db.crud import db_now, hash_token
+from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow
 
 
 def find_token(session: Session, secret: str) -> Token | None:
@@ -173,8 +173,15 @@ def job_counts(session: Session, batch: str | None = None, job_ids: Sequence[int
 
 
 def live_workers(session: Session, within_s: float) -> Sequence[WorkerRow]:
-    since = utcnow() - timedelta(seconds=within_s)
+    """Workers not stopped that reported themselves within the last `within_s` (by the queue's clock)."""
+    since = db_now(session) - timedelta(seconds=within_s)
     return session.scalars(select(WorkerRow).where(WorkerRow.last_seen >= since, WorkerRow.stopped_at.is_(None))
+                           .order_by(WorkerRow.started_at)).all()
+
+
+def running_workers_on(session: Session, hostname: str) -> Sequence[WorkerRow]:
+    """Workers of one host not marked stopped, silent or not."""
+    return session.scalars(select(WorkerRow).where(WorkerRow.hostname == hostname, WorkerRow.stopped_at.is_(None))
                            .order_by(WorkerRow.started_at)).all()
 
 

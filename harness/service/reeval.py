@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from sqlalchemy.orm import Session
 
@@ -27,13 +28,47 @@ Progress = Callable[[int, int], None]  # (done, total)
 REEVAL_PRIORITY = -1
 
 
+class Outcome(str, Enum):
+    """What a re-grade (or its undo) did to one result, as the summary table names it."""
+
+    verdict_changed = "verdict changed"
+    same_verdict = "same verdict, graded at the new tolerance"  # a new revision records the tolerance
+    unchanged = "unchanged"
+    no_figures = "no figures: a tolerance does not apply"  # e.g. compile_error, or made by the queue
+    restored = "restored the previous grading"
+    nothing_to_undo = "not re-graded: nothing to undo"
+
+
 @dataclass
 class RegradeSummary:
     matched: int = 0
-    regraded: int = 0
-    unchanged: int = 0
-    skipped: int = 0  # results with no figures to grade (made by the queue)
-    transitions: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dry_run: bool = False
+    # (verdict before, verdict after, outcome) -> results
+    transitions: Counter[tuple[str, str, Outcome]] = field(default_factory=Counter)
+
+    def count(self, *outcomes: Outcome) -> int:
+        return sum(n for (_, _, o), n in self.transitions.items() if o in outcomes)
+
+    @property
+    def verdicts_changed(self) -> int:
+        return self.count(Outcome.verdict_changed)
+
+    @property
+    def regraded(self) -> int:
+        """Results given a new revision (or that would be, in a dry run)."""
+        return self.count(Outcome.verdict_changed, Outcome.same_verdict)
+
+    @property
+    def unchanged(self) -> int:
+        return self.count(Outcome.unchanged)
+
+    @property
+    def skipped(self) -> int:
+        return self.count(Outcome.no_figures, Outcome.nothing_to_undo)
+
+    @property
+    def restored(self) -> int:
+        return self.count(Outcome.restored)
 
 
 @dataclass
@@ -70,18 +105,28 @@ def _changed(old: EvalResult, new: EvalResult) -> bool:
     return any(getattr(old, k) != getattr(new, k) for k in keys)
 
 
+def has_figures(result: EvalResult) -> bool:
+    """Whether a tolerance enters the result's grade: some output was compared element by element. A
+    compile error, an invalid submission or a shape mismatch grades the same under any tolerance."""
+    obs = result.observations
+    return obs.determinism is not None or any(
+        o.max_abs_err is not None or o.nonfinite_mismatches is not None for t in obs.trials for o in t.outputs)
+
+
 def regrade_matching(s: Session, registry: Registry, f: queries.SubmissionFilter, *,
-                     tolerance: Tolerance | None = None, progress: Progress | None = None) -> RegradeSummary:
+                     tolerance: Tolerance | None = None, dry_run: bool = False,
+                     progress: Progress | None = None) -> RegradeSummary:
     """Grade the current result of each matching submission again, under `tolerance` or its problem's
-    current one; a result whose grade changes gets a new result row that becomes current."""
-    summary = RegradeSummary()
+    current one. A result whose grading changes gets a new revision (a result row that records where it
+    came from) that becomes current; the old row is kept, so `undo_regrade` can go back to it."""
+    summary = RegradeSummary(dry_run=dry_run)
     rows = queries.current_results(s, f)
     summary.matched = len(rows)
     for n, (sub, res) in enumerate(rows, 1):
-        if res.origin == ResultOrigin.queue.value:
-            summary.skipped += 1
+        old = EvalResult.model_validate(res.payload)
+        if res.origin == ResultOrigin.queue.value or not has_figures(old):
+            summary.transitions[(old.verdict.value, old.verdict.value, Outcome.no_figures)] += 1
         else:
-            old = EvalResult.model_validate(res.payload)
             tol = tolerance
             if tol is None:
                 try:
@@ -89,14 +134,32 @@ def regrade_matching(s: Session, registry: Registry, f: queries.SubmissionFilter
                 except UnknownProblem:
                     tol = old.tolerance
             new = regrade(old, tol)
-            if _changed(old, new):
-                crud.add_regraded_result(s, res, new)
-                summary.regraded += 1
+            if not _changed(old, new):
+                outcome = Outcome.unchanged
             else:
-                summary.unchanged += 1
-            summary.transitions[(old.verdict.value, new.verdict.value)] += 1
+                outcome = Outcome.verdict_changed if new.verdict != old.verdict else Outcome.same_verdict
+                if not dry_run:
+                    crud.add_regraded_result(s, res, new)
+            summary.transitions[(old.verdict.value, new.verdict.value, outcome)] += 1
         if progress:
             progress(n, summary.matched)
+    return summary
+
+
+def undo_regrade(s: Session, f: queries.SubmissionFilter, *, dry_run: bool = False) -> RegradeSummary:
+    """Make current again the revision each matching submission's current re-grade was made from. A
+    submission evaluated again since (its current result is not a re-grade) has nothing to undo."""
+    summary = RegradeSummary(dry_run=dry_run)
+    rows = queries.current_results(s, f)
+    summary.matched = len(rows)
+    for _sub, res in rows:
+        previous = queries.get_result(s, res.regraded_from) if res.origin == ResultOrigin.regrade.value else None
+        if previous is None:
+            summary.transitions[(res.verdict, res.verdict, Outcome.nothing_to_undo)] += 1
+            continue
+        if not dry_run:
+            crud.restore_result(s, previous)
+        summary.transitions[(res.verdict, previous.verdict, Outcome.restored)] += 1
     return summary
 
 

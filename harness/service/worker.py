@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from harness import artifacts
 from harness.config import Settings
-from harness.db import crud
+from harness.db import crud, queries
 from harness.db.models import Job, ResultOrigin, Submission
 from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
@@ -49,6 +49,18 @@ _GPU_FAULTS = (Verdict.crashed, Verdict.timeout, Verdict.infra_error, None)
 
 # Text that shows a submission builds native code; anything else has nothing to precompile.
 _BUILD_MARKERS = ("load_inline", "cpp_extension", "load(")
+
+
+def pid_runs(pid: int) -> bool:
+    """Whether a process of this host has this pid. Where it cannot tell (a pid reused by another
+    process, one in another pid namespace) it says True: the job then waits for its lease, as before."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_compile_workers(settings: Settings, slots: list[Slot]) -> int:
@@ -179,7 +191,7 @@ class Worker:
             if busy >= self._capacity():
                 self._stop.wait(0.05)
                 continue
-            if time.monotonic() >= next_reap:
+            if time.monotonic() >= next_reap:  # at once on start: a restarted host's orphaned jobs go back now
                 self._requeue_expired()
                 next_reap = time.monotonic() + min(self.settings.lease_s / 4, 30.0)
             if time.monotonic() >= next_prune:
@@ -240,12 +252,17 @@ class Worker:
     def _requeue_expired(self) -> None:
         try:
             with self.db.session() as s:
-                requeued, failed = crud.requeue_expired(s, self._lost_result)
+                dead = [w.id for w in queries.running_workers_on(s, socket.gethostname())
+                        if w.id != self.id and not pid_runs(w.pid)]
+                if dead:
+                    log.warning("workers %s of this host are gone (their processes no longer run): their jobs go "
+                                "back to the queue now", dead)
+                requeued, failed = crud.requeue_expired(s, self._lost_result, dead_workers=dead)
         except Exception:
             log.exception("requeueing expired jobs failed")
             return
         if requeued:
-            log.warning("jobs %s requeued: their workers' leases expired", requeued)
+            log.warning("jobs %s requeued: their workers are gone or their leases expired", requeued)
         if failed:
             log.error("jobs %s failed for good with infra_error: out of attempts", failed)
 
@@ -253,7 +270,7 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         # It beats on through shutdown: evaluations finishing in the grace period keep their leases.
-        interval = max(0.2, self.settings.lease_s / 4)
+        interval = self.settings.heartbeat_interval_s
         while not self._done.wait(interval):
             with self._lock:
                 by_token = {h.claim.claim_token: h for h in self._held.values()}

@@ -80,3 +80,26 @@ def test_bulk_regrade_with_rtol_zero_alone_is_a_422_that_says_to_give_atol(clien
     assert r.status_code == 422 and "give atol as well" in r.json()["detail"]
     ok = client.post("/api/reeval", json={"regrade_only": True, "atol": 1e-4, "rtol": 0.0}, headers=h)
     assert ok.status_code == 200, ok.text
+
+
+def test_bulk_regrade_dry_run_writes_nothing_and_undo_restores_the_grading_before_it(client, db, tokens):
+    h = Tokens.header(tokens.admin)
+    drifted = seed(db, eval_result(max_rel_err=5e-3))  # wrong_answer at the problem's 1e-4, passes at 1e-2
+    broken = seed(db, eval_result(compiler_error="k.cu(3): error: expected a ';'"))
+    loose = {"regrade_only": True, "atol": 1e-2}
+    dry = client.post("/api/reeval", json={**loose, "dry_run": True}, headers=h).json()
+    assert dry["dry_run"] and (dry["matched"], dry["verdicts_changed"], dry["skipped"]) == (2, 1, 1)
+    assert dry["outcomes"] == {"verdict changed": 1, "no figures: a tolerance does not apply": 1}
+    assert client.get(f"/api/submissions/{drifted}").json()["verdict"] == "wrong_answer"  # nothing written
+
+    done = client.post("/api/reeval", json=loose, headers=h).json()
+    assert not done["dry_run"] and done["verdicts_changed"] == 1 and done["regraded"] == 1
+    graded_at = {i["id"]: i["tolerance"]["atol"] for i in client.get("/api/submissions").json()["items"]}
+    assert graded_at == {drifted: 1e-2, broken: 1e-4}  # each listed with the tolerance it was graded at
+
+    undo = client.post("/api/reeval", json={"undo": True}, headers=h).json()
+    assert (undo["restored"], undo["skipped"], undo["transitions"]) == (1, 1, {
+        "passed -> wrong_answer": 1, "compile_error -> compile_error": 1})
+    res = client.get(f"/api/submissions/{drifted}").json()["result"]
+    assert res["verdict"] == "wrong_answer" and res["origin"] == "sandbox" and res["tolerance"]["atol"] == 1e-4
+    assert client.post("/api/reeval", json={"undo": True, "regrade_only": True}, headers=h).status_code == 422

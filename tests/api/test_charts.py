@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from harness.api import charts
 
 
@@ -35,3 +37,15 @@ def test_strips_timing_and_bar_draw_their_data():
     bar = str(charts.stacked_bar([charts.Share("passed", 3, "#0f0"), charts.Share("timeout", 1, "#f00")]))
     assert bar.count("<rect") == 2 and 'width="480"' in bar
     assert "no results yet" in str(charts.stacked_bar([]))
+
+
+def test_log_ticks_are_round_and_few_whatever_the_spread():
+    # Issue 18: from 0.013x to 82x every power of two was a tick ("0.0078125x" ... "128x"), labels overlapping.
+    assert charts.log_ticks([0.013, 82]) == pytest.approx([0.01, 0.1, 1, 10, 100])
+    assert charts.log_ticks([0.7, 1.3]) == [0.5, 1, 2]  # never narrower than 0.5x to 2x
+    assert charts.log_ticks([0.3, 3.5]) == [0.25, 0.5, 1, 2, 4]
+    assert charts.log_ticks([0.15, 9]) == pytest.approx([0.1, 1, 10])
+    assert charts.log_ticks([1e-5, 1e5]) == pytest.approx([1e-6, 1e-3, 1, 1e3, 1e6])
+    assert all(len(charts.log_ticks([lo, hi])) <= charts.MAX_LOG_TICKS
+               for lo in (1e-4, 0.003, 0.07, 0.6) for hi in (1.5, 7, 33, 900, 2e4))
+    assert [charts.speedup_label(t) for t in charts.log_ticks([0.013, 82])] == ["0.01×", "0.1×", "1×", "10×", "100×"]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from sqlalchemy import update
+
 from harness.db import crud
+from harness.db.models import WorkerRow
 
 from .conftest import Tokens, body
 
@@ -25,3 +30,17 @@ def test_openapi_docs_list_every_endpoint(client):
             "/api/leaderboard", "/api/reeval", "/healthz"} <= set(spec["paths"])
     assert "SubmissionCreate" in spec["components"]["schemas"]
     assert client.get("/docs").status_code == 200
+
+
+def test_a_worker_whose_heartbeats_stopped_leaves_healthz_within_a_few_intervals(client, db):
+    settings = client.app.state.settings
+    interval = settings.heartbeat_interval_s
+    with db.session() as s:
+        for name, silent_for in (("beating", interval), ("dead", 4 * interval)):
+            crud.register_worker(s, name, hostname="gpu-host", pid=1, slots=["cpu"])
+            s.execute(update(WorkerRow).where(WorkerRow.id == name)
+                      .values(last_seen=crud.db_now(s) - timedelta(seconds=silent_for)))
+        s.commit()
+    # Issue 18: a SIGKILLed worker stayed listed for 2 leases (240 s); 3 beats is 30 s by default.
+    assert 4 * interval < 2 * settings.lease_s
+    assert [w["id"] for w in client.get("/healthz").json()["workers"]] == ["beating"]

@@ -10,8 +10,10 @@ from html import unescape
 import pytest
 
 from harness import demo
-from harness.db import crud
+from harness.db import crud, queries
 from harness.problems import get_registry
+from harness.schema import Tolerance
+from harness.service.reeval import regrade_matching
 
 from ..db.factories import eval_result, new_submission, seed
 
@@ -209,3 +211,28 @@ def test_home_table_sorts_by_query_parameters(client, db):
     assert by_speed[:2] == ["gemm-groupnorm-min-biasadd", "gemm-groupnorm-hardtanh"]  # best first, empty last
     assert order("?sort=best_eager&order=asc")[:2] == ["gemm-groupnorm-hardtanh", "gemm-groupnorm-min-biasadd"]
     assert order("")[0] == "gemm-groupnorm-hardtanh"  # by KernelBench id: level2/30 first
+
+
+def test_a_regraded_result_shows_the_tolerance_it_was_graded_at(client, db):
+    sid = seed(db, eval_result(max_rel_err=5e-3), submitter="loose")
+    with db.session() as s:
+        regrade_matching(s, get_registry(), queries.SubmissionFilter(ids=[sid]), tolerance=Tolerance(atol=1e-2,
+                                                                                                     rtol=1e-2))
+    row = client.get("/problems/level2/75").text.split(f'<tr data-id="{sid}"', 1)[1].split("</tr>", 1)[0]
+    assert "graded at atol=rtol=0.01 (re-graded)" in row
+    page = client.get(f"/submissions/{sid}").text
+    graded = unescape(page.split('id="graded-at">', 1)[1].split("</dd>", 1)[0])
+    assert "atol=rtol=0.01" in graded and "the problem's tolerance is atol=rtol=0.0001" in graded
+    assert "re-graded from result" in graded
+
+
+def test_a_queued_submission_with_no_worker_running_says_so(client, db):
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission("gemm-groupnorm-hardtanh"), token=None, queue_limit=None,
+                                        max_attempts=3)
+    html = client.get(f"/submissions/{sub.id}").text
+    assert "No worker is running" in html and "until the verdict is in" not in html
+    with db.session() as s:
+        crud.register_worker(s, "host:1:a", hostname="host", pid=1, slots=["cpu"])
+    html = client.get(f"/submissions/{sub.id}").text
+    assert "No worker is running" not in html and "until the verdict is in" in html

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
+from harness.db import crud
 from harness.db.models import Job, Submission
 
-from ..db.factories import eval_result, seed
+from ..db.factories import eval_result, new_submission, seed
 from .conftest import Tokens, body
 
 
@@ -201,3 +203,24 @@ def test_list_filters_and_pages(client, db, tokens):
     assert queued["total"] == 1 and queued["items"][0]["verdict"] is None
     assert client.get("/api/submissions?verdict=great").status_code == 422
     assert client.get("/api/submissions?limit=0").json()["detail"].startswith("limit (query parameter)")
+
+
+def test_a_job_whose_worker_went_silent_says_since_when_and_when_it_goes_back_to_the_queue(client, db):
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission(), token=None, queue_limit=None, max_attempts=3)
+        claim = crud.claim_job(s, "gpu-host:4242:abc", 120)
+        crud.mark_running(s, claim.job_id, claim.claim_token)
+    assert client.get(f"/api/submissions/{sub.id}").json()["waiting"] is None  # just heard from
+    with db.session() as s:  # the worker was SIGKILLed 40 s ago: no heartbeat since
+        last = crud.db_now(s) - timedelta(seconds=40)
+        s.execute(update(Job).where(Job.id == claim.job_id)
+                  .values(heartbeat_at=last, lease_expires_at=last + timedelta(seconds=120)))
+        s.commit()
+    got = client.get(f"/api/submissions/{sub.id}").json()
+    waiting = got["waiting"]
+    assert got["status"] == "running" and waiting["worker_id"] == "gpu-host:4242:abc"
+    assert datetime.fromisoformat(waiting["silent_since"]) == last
+    assert datetime.fromisoformat(waiting["requeue_at"]) == last + timedelta(seconds=120)
+    assert "has been silent since" in waiting["message"] and "goes back to the queue at" in waiting["message"]
+    page = client.get(f"/submissions/{sub.id}").text
+    assert "Its worker gpu-host:4242:abc has been silent since" in page and last.strftime("%H:%M:%S") in page

@@ -12,6 +12,7 @@ from harness.db import crud
 from harness.db.models import ResultOrigin
 from harness.db.session import Database
 from harness.schema import (
+    ChildError,
     DeterminismFigures,
     EvalResult,
     Observations,
@@ -22,6 +23,7 @@ from harness.schema import (
     Tolerance,
     TrialFigures,
 )
+from harness.verdicts import Phase
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)
 SOURCE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
@@ -35,10 +37,14 @@ def timing(ms: float, clock: str = "cuda_event") -> TimingStats:
 def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level2/75", device: str | None = "cuda",
                 candidate_ms: float | None = 1.0, eager_ms: float = 2.0, compile_ms: float | None = 1.5,
                 max_rel_err: float = 1e-6, tolerance: Tolerance = TOL, static_error: str | None = None,
-                log_tail: str = "") -> EvalResult:
-    """A whole EvalResult graded from figures: a tiny max_rel_err passes, a large one is wrong_answer."""
+                compiler_error: str | None = None, log_tail: str = "") -> EvalResult:
+    """A whole EvalResult graded from figures: a tiny max_rel_err passes, a large one is wrong_answer; a
+    static or compiler error leaves no figures."""
     obs = Observations(static_error=static_error, log_tail=log_tail)
-    if static_error is None:
+    if compiler_error is not None:
+        obs.candidate_error = ChildError(phase=Phase.compile, exc_type="RuntimeError",
+                                         message=f"Error building extension 'k'\n{compiler_error}")
+    elif static_error is None:
         fig = OutputFigures(index=0, got_type="Tensor", got_shape=[1, 256, 128, 1], got_dtype="torch.float32",
                             got_device=device, expected_shape=[1, 256, 128, 1], expected_dtype="torch.float32",
                             nonfinite_mismatches=0, max_abs_err=max_rel_err * 2, max_rel_err=max_rel_err,

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
 from harness.config import Settings
-from harness.db import crud
+from harness.db import crud, queries
 from harness.db.roles import grant_worker
 from harness.db.session import Database
 
@@ -57,7 +57,10 @@ def test_a_worker_role_runs_the_queue_cycle(worker_db):
         assert crud.retry_job(s, c.job_id, c.claim_token, "GPU fell off the bus", 0)
         c = crud.claim_job(s, "w1", 30)
         assert crud.release_job(s, c.job_id, c.claim_token)
-        crud.worker_stopped(s, "w1")
+        c = crud.claim_job(s, "w1", 30)  # then w1's process is found gone: its job goes back at once
+        requeued, failed = crud.requeue_expired(s, lambda *_: eval_result(), dead_workers=["w1"])
+        assert requeued + failed == [c.job_id]  # back in the queue, or (its attempts spent) an infra_error
+        assert queries.running_workers_on(s, "h") == []
 
 
 @pytest.mark.parametrize("statement", [

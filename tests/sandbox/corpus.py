@@ -69,7 +69,8 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("seed read to tell trials from timed calls", A + "seed_reader.py", "passed", None,
             "timed inputs made under a forked RNG state from seeds sent only when the window opens: "
             "torch.initial_seed() tells nothing", HONEST),
-    Exploit("profile hook inflating the subtracted overhead", A + "profile_hook_spin.py", "flagged", "static:profile_hook",
+    Exploit("profile hook inflating the subtracted overhead", A + "profile_hook_spin.py", "flagged",
+            "static:profile_hook",
             "the empty window is timed in the trusted process, out of the hook's reach; static pre-check", HONEST),
     Exploit("timing module patched through an alias", A + "timing_alias_patch.py", "flagged", "timed_outputs",
             "the window's outputs are judged element by element in the trusted process; static pre-check", HONEST),

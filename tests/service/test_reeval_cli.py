@@ -28,7 +28,8 @@ def test_regrade_only_applies_the_problems_tolerance_and_prints_a_summary(svc_db
         lost = seed(svc_db, infra_result(queries.get_submission(s, exact), "worker lost"), origin=ResultOrigin.queue)
     p = reeval(svc_settings, "--regrade-only")
     assert p.returncode == 0, p.stderr
-    assert "3 results under each problem's tolerance: 1 changed, 1 unchanged, 1 without figures" in p.stdout
+    assert ("3 results matched, re-graded under each problem's tolerance: 1 verdicts change, 0 keep their verdict "
+            "(a new revision records the tolerance), 1 unchanged, 1 without figures") in p.stdout
     assert "passed" in p.stdout and "wrong_answer" in p.stdout
     with svc_db.session() as s:
         assert queries.get_submission(s, drifted).verdict == "wrong_answer"
@@ -42,12 +43,51 @@ def test_regrade_only_under_a_given_tolerance_and_filters(svc_db, svc_settings):
     p = reeval(svc_settings, "--regrade-only", "--problem", "level2/75", "--verdict", "wrong_answer",
                "--v01-tolerance")
     assert p.returncode == 0, p.stderr
-    assert "re-graded 1 results under atol=rtol=0.01" in p.stdout
+    assert "1 results matched, re-graded under atol=rtol=0.01: 1 verdicts change" in p.stdout
     with svc_db.session() as s:
         assert queries.get_submission(s, a).verdict == "passed"
         assert queries.get_submission(s, b).verdict == "wrong_answer"  # another problem: untouched
     assert reeval(svc_settings, "--atol", "1e-3").returncode == 2  # a tolerance needs --regrade-only
     assert "did you mean" in reeval(svc_settings, "--problem", "level2/57").stderr
+
+
+def current(db, sub_id: int):
+    with db.session() as s:
+        return queries.get_result(s, queries.get_submission(s, sub_id).current_result_id)
+
+
+def test_regrade_says_what_changed_can_be_tried_dry_and_undone(svc_db, svc_settings):
+    # Issue 18: under --v01-tolerance, three passing results and a compile error were "4 changed" while
+    # every row said "(same)"; the live results were rewritten with no way back.
+    passing = [seed(svc_db, eval_result(max_rel_err=1e-6)) for _ in range(3)]
+    broken = seed(svc_db, eval_result(compiler_error="k.cu(3): error: identifier \"x\" is undefined"))
+    before = {i: current(svc_db, i).id for i in [*passing, broken]}
+    assert current(svc_db, broken).verdict == "compile_error"
+
+    dry = reeval(svc_settings, "--problem", "level2/75", "--regrade-only", "--v01-tolerance", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert ("4 results matched, re-graded under atol=rtol=0.01: 0 verdicts would change, 3 would keep their "
+            "verdict") in dry.stdout
+    assert "1 without figures that a tolerance applies to" in dry.stdout
+    assert "dry run: nothing was written" in dry.stdout
+    assert "compile_error" in dry.stdout and "no figures: a tolerance does not apply" in dry.stdout
+    assert {i: current(svc_db, i).id for i in before} == before
+
+    done = reeval(svc_settings, "--problem", "level2/75", "--regrade-only", "--v01-tolerance")
+    assert done.returncode == 0, done.stderr
+    assert "0 verdicts change, 3 keep their verdict" in done.stdout and "--undo" in done.stdout
+    for i in passing:
+        row = current(svc_db, i)
+        assert (row.origin, row.regraded_from, row.atol, row.verdict) == ("regrade", before[i], 1e-2, "passed")
+    assert current(svc_db, broken).id == before[broken]  # nothing a tolerance applies to: left as it was
+
+    undo_dry = reeval(svc_settings, "--problem", "level2/75", "--undo", "--dry-run")
+    assert "3 would go back to the grading before their latest re-grade, 1 have no re-grade to undo" in undo_dry.stdout
+    assert current(svc_db, passing[0]).origin == "regrade"
+    undo = reeval(svc_settings, "--problem", "level2/75", "--undo")
+    assert undo.returncode == 0, undo.stderr
+    assert {i: current(svc_db, i).id for i in before} == before
+    assert all(current(svc_db, i).atol == 1e-4 for i in passing)
 
 
 def test_requeue_puts_matching_submissions_back_in_the_queue_below_new_ones(svc_db, svc_settings):

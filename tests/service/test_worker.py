@@ -3,6 +3,8 @@ the compile pool working ahead, and a stop that hands back every job not finishe
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import threading
 import time
 from datetime import datetime, timezone
@@ -166,3 +168,25 @@ def test_stopping_hands_back_running_and_waiting_jobs_without_counting_the_attem
     time.sleep(0.3)
     with svc_db.session() as s:
         assert s.scalar(select(func.count(Result.id))) == 0
+
+
+def test_a_restarted_hosts_dead_worker_gives_its_jobs_back_at_once(svc_db, svc_settings):
+    # Issue 18: after a SIGKILL of the server, its job waited for its 120 s lease although the worker
+    # restarted on the same host at once.
+    settings = svc_settings.model_copy(update={"lease_s": 600.0})
+    job_id = submit(svc_db, "I could not write this kernel, sorry.")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with svc_db.session() as s:
+        crud.register_worker(s, "killed", hostname=socket.gethostname(), pid=gone.pid, slots=["cpu"])
+        crud.register_worker(s, "elsewhere", hostname="another-host", pid=gone.pid, slots=["cpu"])
+        assert crud.claim_job(s, "killed", settings.lease_s) is not None
+    started = time.monotonic()
+    run_worker(svc_db, settings, evaluate_fn=lambda *_: eval_result(static_error="no code"))
+    assert time.monotonic() - started < 60  # not the 600 s lease
+    job, (res,) = job_and_results(svc_db, job_id)
+    assert job.status == "done" and job.attempts == 2 and job.worker_id != "killed"
+    assert res.verdict == "invalid_submission"
+    with svc_db.session() as s:
+        assert [w.id for w in queries.running_workers_on(s, "another-host")] == ["elsewhere"]  # not ours to judge
+        assert queries.running_workers_on(s, socket.gethostname()) == []  # the dead one is marked stopped

@@ -18,13 +18,20 @@ from harness import demo
 from harness.config import Settings
 from harness.db.session import Database
 from harness.problems import get_registry
+from harness.service.outcomes import regrade
 
 from ..conftest import skip_or_fail
+from ..db.factories import timing
 from ..service.conftest import REPO, free_port, get_json, harness_cmd, stop_process, wait_for
 
 XSS_SUBMITTER = "<script>alert(1)</script>"
 XSS_MODEL = '"><img src=x onerror=alert(2)>'
 CHROMIUM = os.environ.get("HARNESS_CHROMIUM", "/usr/bin/chromium")
+
+
+# Passing speedups on one problem from 0.013x to 82x, as issue 18 saw them (its log axis labels overlapped).
+WIDE_SPREAD_PROBLEM = "level2/37"
+WIDE_SPREAD = (0.013, 0.04, 0.3, 0.95, 2.5, 11.0, 82.0)
 
 
 @dataclass
@@ -57,8 +64,25 @@ def seed(settings: Settings) -> dict:
         m, spec = demo.MODELS[0], registry.get("level2/88")
         text, result = demo.demo_result(random.Random(2), spec, "compile_error", model=m.model)
         compile_error_id = demo.store(s, spec, text, result, submitter=m.submitter, model=m.model)
+        seed_wide_spread(s, registry.get(WIDE_SPREAD_PROBLEM))
     db.dispose()
     return {"pending": summary.pending, "xss": xss_id, "compile_error": compile_error_id}
+
+
+def seed_wide_spread(session, spec) -> None:
+    """Passing results at the WIDE_SPREAD speedups vs eager, spread over the demo models. torch.compile is
+    left untimed, so the 82x result is not held for review (it would be, at over 10x torch.compile)."""
+    import random
+
+    for i, speedup in enumerate(WIDE_SPREAD):
+        m = demo.MODELS[i % len(demo.MODELS)]
+        text, result = demo.demo_result(random.Random(100 + i), spec, "passed", model=m.model)
+        obs = result.observations
+        obs = obs.model_copy(update={"candidate_timing": timing(obs.eager_timing.median_ms / speedup),
+                                     "compile_timing": None, "static_findings": []})
+        result = regrade(result.model_copy(update={"observations": obs}), spec.tolerance)
+        assert result.verdict == "passed", result.message
+        demo.store(session, spec, text, result, submitter=m.submitter, model=m.model)
 
 
 @pytest.fixture(scope="session")

@@ -4,13 +4,14 @@ photographed for a person to look at."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
 
 from harness import demo
 
-from .conftest import XSS_MODEL, XSS_SUBMITTER, artifacts_dir
+from .conftest import WIDE_SPREAD, WIDE_SPREAD_PROBLEM, XSS_MODEL, XSS_SUBMITTER, artifacts_dir
 
 pytestmark = pytest.mark.browser
 
@@ -127,6 +128,9 @@ def test_a_queued_submission_refreshes_itself(page, seeded_server):
     for sub_id in seeded_server.pending_ids:
         page.goto(f"{seeded_server.base}/submissions/{sub_id}")
         assert page.locator("meta[http-equiv=refresh]").count() == 1
+        # The demo has no worker: the page says so rather than promise a verdict.
+        assert "No worker is running" in page.locator("#verdict").inner_text()
+        assert "until the verdict is in" not in page.locator("#verdict").inner_text()
     shot(page, "submission-running")
 
 
@@ -160,3 +164,87 @@ def test_unknown_ids_get_a_404_page(page, seeded_server):
     with page.expect_navigation():
         suggestion.click()
     assert page.locator("table#results").count() == 1  # a suggestion leads to its problem
+
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True}
+DESKTOP = {"viewport": {"width": 1280, "height": 900}}
+
+# The (character before, character after) of every line break inside one text node of an element, found
+# from where each character is drawn: a break is where a character starts a new line. Breaks between text
+# nodes (at a <wbr>, or between two elements) are left out: those are the places meant for breaking.
+LINE_BREAKS_JS = """el => {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  const breaks = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    let last = null;
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const box = range.getBoundingClientRect();
+      if (box.width === 0) continue;
+      if (last && box.top > last[1] + 2) breaks.push(last[0] + node.data[i]);
+      last = [node.data[i], box.top];
+    }
+  }
+  return breaks;
+}"""
+
+
+def mid_word(breaks: list[str]) -> list[str]:
+    return [b for b in breaks if b[0] not in "_./= " and b[1] != " "]
+
+
+def boxes(locator) -> list[dict]:
+    return locator.evaluate_all("els => els.map(e => { const r = e.getBoundingClientRect(); "
+                                "return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; })")
+
+
+@pytest.mark.parametrize("name,viewport", [("desktop", DESKTOP), ("phone", PHONE)])
+def test_wide_spread_speedups_get_readable_ticks_and_rows_that_hold_their_dots(browser, seeded_server, name,
+                                                                                 viewport):
+    context = browser.new_context(**viewport)
+    try:
+        pg = context.new_page()
+        pg.goto(f"{seeded_server.base}/problems/{WIDE_SPREAD_PROBLEM}")
+        chart = pg.locator("svg.strips")
+        ticks = chart.locator("g.grid text")
+        # Issue 18: one label per power of two from 0.0078125x to 128x ran into each other.
+        assert ticks.all_text_contents() == ["0.01×", "0.1×", "1×", "10×", "100×"]
+        spans = sorted(boxes(ticks), key=lambda b: b["left"])
+        assert all(a["right"] + 4 <= b["left"] for a, b in itertools.pairwise(spans)), spans
+        (frame,) = boxes(chart)
+        assert frame["left"] <= spans[0]["left"] and spans[-1]["right"] <= frame["right"]  # none cut off
+        (title,) = boxes(chart.locator("text.axis"))
+        assert all(b["bottom"] <= title["top"] for b in spans)  # the axis title sits below the labels
+        assert chart.locator("circle").count() >= len(WIDE_SPREAD)  # and the demo's own results
+        bands = boxes(chart.locator("rect.band"))
+        strips = chart.locator("g.strip")
+        assert strips.count() == len(bands)
+        for i in range(strips.count()):
+            # Each model's name and its dots lie inside one band of their own.
+            band = bands[i]
+            for item in boxes(strips.nth(i).locator("text.strip-label")) + boxes(strips.nth(i).locator("circle")):
+                assert band["top"] <= item["top"] and item["bottom"] <= band["bottom"], (i, band, item)
+        chart.screenshot(path=str(artifacts_dir() / f"speedups-wide-{name}.png"))
+        shot(pg, f"problem-wide-{name}")
+    finally:
+        context.close()
+
+
+def test_titles_and_reference_flags_break_between_words_on_a_phone(browser, seeded_server):
+    context = browser.new_context(**PHONE)
+    try:
+        pg = context.new_page()
+        for kb in ("level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"):
+            pg.goto(f"{seeded_server.base}/problems/{kb}")
+            title = pg.locator("h1")
+            assert mid_word(title.evaluate(LINE_BREAKS_JS)) == [], title.inner_text()  # was "Hardtan h"
+        pg.goto(f"{seeded_server.base}/submissions/{seeded_server.best_75_id}")
+        flags = pg.locator("#provenance dd.torch-flags")
+        assert "cuda.matmul.allow_fp16_reduced_precision_reduction=True" in flags.inner_text().replace("\n", "")
+        assert mid_word(flags.evaluate(LINE_BREAKS_JS)) == []
+        assert pg.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        pg.locator("#provenance").screenshot(path=str(artifacts_dir() / "provenance-phone.png"))
+    finally:
+        context.close()

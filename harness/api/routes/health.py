@@ -21,7 +21,7 @@ def healthz(session: SessionDep, settings: SettingsDep):
         session.execute(text("SELECT 1"))
         counts = queries.job_counts(session)
         workers = [WorkerPublic(id=w.id, hostname=w.hostname, slots=w.slots, last_seen=w.last_seen)
-                   for w in queries.live_workers(session, within_s=2 * settings.lease_s)]
+                   for w in queries.live_workers(session, within_s=settings.worker_silent_after_s)]
     except SQLAlchemyError as e:
         body = Health(status="unavailable", version=__version__, database=f"error: {type(e).__name__}",
                       open_mode=settings.open_mode, queue={}, workers=[])

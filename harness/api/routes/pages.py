@@ -7,6 +7,7 @@ source made by code that escapes its text itself (`charts`, `submission_page.hig
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -16,13 +17,15 @@ from fastapi import APIRouter, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness import __version__
 from harness.api import pages, submission_page
-from harness.api.deps import RegistryDep, SessionDep
+from harness.api.deps import RegistryDep, SessionDep, SettingsDep
 from harness.db import queries
 from harness.problems import UnknownProblem
+from harness.schema import Tolerance
 
 HERE = Path(__file__).resolve().parents[1]
 STATIC_DIR = HERE / "static"
@@ -55,10 +58,16 @@ def _when(v: datetime | None) -> str:
     return "—" if v is None else v.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _breakable(text: Any) -> Markup:
+    """Escaped text that may wrap after `_`, `.`, `/` and `=`: identifiers such as 94_Gemm_BiasAdd_Hardtanh
+    or cuda.matmul.allow_tf32 have no spaces, and a narrow screen would otherwise break them mid-word."""
+    return Markup(re.sub(r"([_./=])", r"\1<wbr>", str(escape(str(text)))))  # noqa: S704 - escaped first
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(speedup=_speedup, ms=_ms, sci=_sci, pct=_pct, when=_when)
+    env.filters.update(speedup=_speedup, ms=_ms, sci=_sci, pct=_pct, when=_when, breakable=_breakable)
     env.globals.update(version=__version__, verdict_colours=pages.VERDICT_COLOURS)
     return env
 
@@ -114,11 +123,16 @@ def problem(problem: str, request: Request, session: SessionDep, registry: Regis
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission(submission_id: str, request: Request, session: SessionDep) -> HTMLResponse:
+def submission(submission_id: str, request: Request, session: SessionDep, settings: SettingsDep,
+               registry: RegistryDep) -> HTMLResponse:
     sub = queries.get_submission(session, int(submission_id)) if submission_id.isdigit() else None
     if sub is None:
         raise PageNotFound("Unknown submission", f"There is no submission {submission_id!r}.")
-    page = submission_page.submission_page(session, sub)
+    try:
+        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance
+    except UnknownProblem:
+        tolerance = None
+    page = submission_page.submission_page(session, sub, settings, tolerance)
     return _render(request, "submission.html", page=page)
 
 

@@ -18,7 +18,7 @@ from harness.api.schemas import (
     SubmissionPublic,
     SubmissionSummary,
 )
-from harness.api.views import submission_public, submission_summary
+from harness.api.views import submission_public, submission_summary, worker_silence
 from harness.db import crud, queries
 from harness.db.models import JobStatus
 from harness.problems import Registry, UnknownProblem
@@ -82,13 +82,14 @@ def create_submission(body: SubmissionCreate, session: SessionDep, settings: Set
 
 
 @router.get("/{submission_id}", response_model=SubmissionPublic, responses={404: {"model": ErrorBody}})
-def get_submission(submission_id: SubmissionId, session: SessionDep) -> SubmissionPublic:
+def get_submission(submission_id: SubmissionId, session: SessionDep, settings: SettingsDep) -> SubmissionPublic:
     sub = queries.get_submission(session, submission_id)
     if sub is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no submission {submission_id}")
     job = queries.latest_job(session, sub.id)
     position = queries.queue_position(session, job) if job else None
-    return submission_public(sub, queries.get_result(session, sub.current_result_id), job, position)
+    waiting = worker_silence(job, queries.db_now(session), settings.worker_silent_after_s)
+    return submission_public(sub, queries.get_result(session, sub.current_result_id), job, position, waiting)
 
 
 @router.get("", response_model=Page[SubmissionSummary])
