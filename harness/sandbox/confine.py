@@ -141,7 +141,7 @@ def _mirror(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _init(status_fd: int) -> None:
+def _init() -> None:
     """Fork into the new PID namespace; return only in the process that will exec the child.
 
     The child must not be the namespace's pid 1: the kernel drops signals that pid 1 has no handler for,
@@ -191,12 +191,12 @@ def enter(cfg: dict, parent: int | None) -> None:
         os.chdir(cfg["cwd"])
 
 
-def apply(cfg: dict, status_fd: int) -> None:
+def apply(cfg: dict) -> None:
     prepare(cfg)
     parent = cfg.get("parent")
     if cfg.get("pidns"):
         _die_with_parent(parent)
-        _init(status_fd)
+        _init()
         parent = 1  # the namespace's init
     enter(cfg, parent)
 
@@ -207,7 +207,7 @@ def main(argv: list[str]) -> None:
     try:
         cfg = json.loads(argv[1])
         cmd = argv[argv.index("--") + 1:]
-        apply(cfg, status_fd)
+        apply(cfg)
         os.execv(cmd[0], cmd)  # noqa: S606 - the child's argv, built by the parent
     except BaseException as e:  # every failure goes to the parent
         why = f"{type(e).__name__}: {e}".encode()[:4000]

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -207,25 +208,33 @@ def test_the_launcher_ends_as_its_child_ended_and_leaves_nothing_running(jail_se
     j = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
     j.setup()
 
-    def launch(script: str, term_after_s: float | None = None) -> int:
+    def launch(script: str, after_s: float = 0.5, kill: Callable[[int], None] | None = None) -> int:
         r, w = os.pipe()
         proc = subprocess.Popen([*j.launcher(w, tmp_path), "/bin/sh", "-c", script], pass_fds=(w,),
                                 start_new_session=True)
         os.close(w)
         with os.fdopen(r, "rb") as status:
             assert status.read() == b""  # the exec happened
-        if term_after_s is not None:
-            time.sleep(term_after_s)
-            os.killpg(proc.pid, signal.SIGTERM)  # as the parent's kill() does first
+        if kill is not None:
+            time.sleep(after_s)
+            kill(proc.pid)
         return proc.wait(timeout=60)
 
     try:
         assert launch("exit 3") == 3
         assert launch("kill -XCPU $$") == -signal.SIGXCPU
         assert launch("kill -KILL $$") == -signal.SIGKILL
-        assert launch("sleep 60", term_after_s=0.5) == -signal.SIGTERM
+        # The parent's kill(): SIGTERM to the group first.
+        assert launch("sleep 60", kill=lambda pid: os.killpg(pid, signal.SIGTERM)) == -signal.SIGTERM
+        assert j.uid is not None
         assert launch("setsid sleep 300 & sleep 0.2; exit 0") == 0
-        assert j.uid is not None and not limits._pids_of_uid(j.uid)  # the setsid sleeper ended with the child
+        assert not limits._pids_of_uid(j.uid)  # the setsid sleeper ended with the child
+        # The launcher alone SIGKILLed (as by a worker's death): the namespace ends with it.
+        assert launch("setsid sleep 300 & sleep 60", kill=lambda pid: os.kill(pid, signal.SIGKILL)) == -signal.SIGKILL
+        deadline = time.monotonic() + 5
+        while limits._pids_of_uid(j.uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not limits._pids_of_uid(j.uid)
     finally:
         j.cleanup()
 
