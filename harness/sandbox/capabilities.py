@@ -39,12 +39,14 @@ class Platform:
     mountns: bool  # as root: a mount namespace hiding the data dir and other evaluations
     user_switch: bool  # as root: children can run as sandbox uids
     cgroup: str | None  # "v2", "v1" or None
+    pidns: bool = False  # as root, with the mount namespace: a PID (and IPC) namespace of the child's own
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         parts = [f"network namespace {'yes' if self.netns else 'NO'}",
                  f"sandbox user {'yes' if self.user_switch else ('NO' if self.root else 'n/a (not root)')}",
                  f"mount namespace {'yes' if self.mountns else 'no'}",
+                 f"pid namespace {'yes' if self.pidns else 'no'}",
                  f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}"]
         return ", ".join(parts)
 
@@ -77,15 +79,20 @@ def platform() -> Platform:
     netns = why is None
     if not netns:
         notes.append(f"no network namespace: {why}")
-    mountns = user_switch = False
+    mountns = user_switch = pidns = False
     if root:
-        why = _try_launch({"hide": [tempfile.gettempdir()], "keep": [], "netns": True,
-                           "user": {"uid": 65534, "gid": 65534}})
+        jailed = {"hide": [tempfile.gettempdir()], "keep": [], "netns": True, "user": {"uid": 65534, "gid": 65534}}
+        why = _try_launch(jailed)
         mountns = user_switch = why is None
         if why:
             notes.append(f"no mount namespace / user switch: {why}")
+        else:
+            why = _try_launch({**jailed, "ipcns": True, "pidns": True})
+            pidns = why is None
+            if why:
+                notes.append(f"no pid/ipc namespace: {why}")
     found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroups.version(),
-                     notes=tuple(notes))
+                     pidns=pidns, notes=tuple(notes))
     log.info("sandbox platform: %s%s", found.describe(), "".join(f"; {n}" for n in found.notes))
     return found
 
@@ -110,6 +117,9 @@ def check_safe(settings: Settings) -> Platform:
                                 "or the worker's secrets. Fix the platform, or run with --allow-unsafe-sandbox "
                                 "(HARNESS_ALLOW_UNSAFE_SANDBOX=1) to accept that.")
         log.warning("UNSAFE SANDBOX (allowed explicitly): it lacks %s", why)
+    if p.user_switch and not p.pidns:
+        log.warning("no pid/ipc namespace: children see the host's processes and share its SysV IPC; what a "
+                    "sandbox uid leaves there is removed after each child")
     if p.cgroup is not None:
         swept = cgroups.sweep_stale()
         if swept:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config import Settings
-from harness.sandbox import capabilities, cgroups
+from harness.sandbox import capabilities, cgroups, sweep
 from harness.sandbox.capabilities import SandboxError
 
 log = logging.getLogger("harness.sandbox")
@@ -162,6 +162,7 @@ class Jail:
                 self._allocate_uid()
                 assert self.uid is not None
                 kill_uid(self.uid)  # leftovers of a worker that died hard
+                sweep.sweep_uid(self.uid)
                 for path in self.writable:
                     _chown_tree(path, self.uid, self.uid)
                 for path in self.readable:
@@ -218,11 +219,14 @@ class Jail:
         if self.uid is not None:
             cfg["user"] = {"uid": self.uid, "gid": self.uid}
             keep = runtime_paths() + [q.resolve() for q in self.writable + self.readable + self.visible]
-            hidden = {s.data_dir.resolve(), Path(s.scratch_dir or tempfile.gettempdir()).resolve()}
+            # The shared writable dirs too: each child gets them empty and private, gone when it ends.
+            hidden = {s.data_dir.resolve(), Path(s.scratch_dir or tempfile.gettempdir()).resolve(),
+                      *sweep.shared_dirs()}
             hidden.update(a for a in (_traversable_by_others(q) for q in keep) if a is not None)
             hidden_list = _minimal(list(hidden))
             cfg["hide"] = [str(h) for h in hidden_list]
             cfg["keep"] = [str(q) for q in _minimal(keep) if any(h in q.parents for h in hidden_list)]
+            cfg["ipcns"] = cfg["pidns"] = p.pidns
         return cfg
 
     def launcher(self, status_fd: int, cwd: Path) -> list[str]:
@@ -235,6 +239,7 @@ class Jail:
             cgroups.empty(cg)
         if self.uid is not None:
             kill_uid(self.uid)
+            sweep.sweep_uid(self.uid)
         for cg in self.cgroups:
             cgroups.remove(cg)
         self.cgroups = []

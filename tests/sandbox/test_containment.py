@@ -7,11 +7,17 @@ namespaces and cgroups; the tests that need one of those say so when the platfor
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,8 +62,21 @@ def _assert_contained(r) -> None:
 
 
 def _leftovers(settings: Settings) -> list[int]:
-    return [pid for uid in range(settings.sandbox_uid_base, settings.sandbox_uid_base + settings.sandbox_uid_count)
-            for pid in limits._pids_of_uid(uid)]
+    """Live processes of sandbox uids that no jail holds. A uid held by a live jail (another evaluation on
+    this host) is skipped; a free one is held while its processes are listed, so none can start meanwhile."""
+    pids = []
+    lock_dir = limits._uid_lock_dir()
+    for uid in range(settings.sandbox_uid_base, settings.sandbox_uid_base + settings.sandbox_uid_count):
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        else:
+            pids += limits._pids_of_uid(uid)
+        finally:
+            os.close(fd)
+    return pids
 
 
 def test_listing_a_uids_processes_survives_a_process_that_ends_meanwhile(monkeypatch):
@@ -138,6 +157,117 @@ def test_a_fork_bomb_ends_with_a_verdict_and_leaves_no_process(registry, jail_se
     leftover_cgroups = [d for d in cgroups.own_dirs().values() if d.exists()
                         for d in d.glob(f"kh-{os.getpid()}-*")]
     assert not leftover_cgroups
+
+
+_SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def _sysv(kind: str) -> list[dict[str, int]]:
+    """The host's SysV IPC objects of one kind (shm, sem, msg), as /proc/sysvipc lists them."""
+    lines = Path("/proc/sysvipc", kind).read_text().splitlines()
+    names = lines[0].split()
+    return [dict(zip(names, map(int, line.split()[:len(names)]), strict=False)) for line in lines[1:]]
+
+
+def test_files_and_shared_memory_a_submission_leaves_do_not_outlive_its_evaluation(registry, jail_settings):
+    _need("user")
+    mark = uuid.uuid4().hex
+    key = zlib.crc32(mark.encode()) & 0x7FFFFFFF
+    r = _run(registry, jail_settings, "leave_behind.py", mark=mark)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    log = r.observations.log_tail or ""
+    # The honest half: inside, each dir took the file and the segment was made.
+    assert "wrote 100 bytes in ['/tmp', '/var/tmp', '/dev/shm'" in log, log
+    assert "; shm segment -1" not in log, log
+    assert not [d for d in _SHARED_DIRS if Path(d, f"kh-left-{mark}").exists()]
+    assert not [s for s in _sysv("shm") if s["key"] == key]
+
+
+def test_a_submission_sees_only_its_own_processes(registry, jail_settings):
+    _need("user")
+    mark = uuid.uuid4().hex
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", mark])
+    try:
+        r = _run(registry, jail_settings, "look_around.py", mark=mark)
+    finally:
+        host.kill()
+        host.wait()
+    _assert_contained(r)
+    log = r.observations.log_tail or ""
+    visible = int(log.split("visible pids: ")[1].split(";")[0])
+    assert visible <= 5, log  # the namespace's init, the child, what the child itself started
+    assert "parent 1" in log, log  # the namespace's init, not the evaluator
+
+
+def test_the_launcher_ends_as_its_child_ended_and_leaves_nothing_running(jail_settings, tmp_path):
+    """In a PID namespace the parent's pid is the launcher's, not the child's: the launcher must end with
+    the child's exit code or signal (verdicts name them), and what the child left running ends with it."""
+    _need("user")
+    if not capabilities.platform().pidns:
+        skip_or_fail("sandbox", f"the platform lacks a pid namespace: {capabilities.platform().describe()}")
+    j = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
+    j.setup()
+
+    def launch(script: str, after_s: float = 0.5, kill: Callable[[int], None] | None = None) -> int:
+        r, w = os.pipe()
+        proc = subprocess.Popen([*j.launcher(w, tmp_path), "/bin/sh", "-c", script], pass_fds=(w,),
+                                start_new_session=True)
+        os.close(w)
+        with os.fdopen(r, "rb") as status:
+            assert status.read() == b""  # the exec happened
+        if kill is not None:
+            time.sleep(after_s)
+            kill(proc.pid)
+        return proc.wait(timeout=60)
+
+    try:
+        assert launch("exit 3") == 3
+        assert launch("kill -XCPU $$") == -signal.SIGXCPU
+        assert launch("kill -KILL $$") == -signal.SIGKILL
+        # The parent's kill(): SIGTERM to the group first.
+        assert launch("sleep 60", kill=lambda pid: os.killpg(pid, signal.SIGTERM)) == -signal.SIGTERM
+        assert j.uid is not None
+        assert launch("setsid sleep 300 & sleep 0.2; exit 0") == 0
+        assert not limits._pids_of_uid(j.uid)  # the setsid sleeper ended with the child
+        # The launcher alone SIGKILLed (as by a worker's death): the namespace ends with it.
+        assert launch("setsid sleep 300 & sleep 60", kill=lambda pid: os.kill(pid, signal.SIGKILL)) == -signal.SIGKILL
+        deadline = time.monotonic() + 5
+        while limits._pids_of_uid(j.uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not limits._pids_of_uid(j.uid)
+    finally:
+        j.cleanup()
+
+
+def test_cleanup_sweeps_what_a_sandbox_uid_left_in_shared_dirs_and_sysv_ipc(jail_settings, tmp_path):
+    """What escaped the namespaces (or a platform without them) is removed by uid after the child; what
+    belongs to anyone else stays."""
+    _need("user")
+    mark = uuid.uuid4().hex
+    j = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
+    j.setup()
+    uid = j.uid
+    assert uid is not None
+    script = (f"head -c 100 /dev/zero > /var/tmp/kh-sweep-{mark} && mkdir /dev/shm/kh-sweep-{mark} && "
+              f"head -c 100 /dev/zero > /dev/shm/kh-sweep-{mark}/f && ipcmk -M 4096 -p 0666 && ipcmk -S 1 && ipcmk -Q")
+    subprocess.run(["/bin/sh", "-c", script], user=uid, group=uid, extra_groups=[], check=True,
+                   capture_output=True, cwd="/")
+    theirs = {k: [o for o in _sysv(k) if o["uid"] == uid] for k in ("shm", "sem", "msg")}
+    assert all(theirs.values()), theirs
+    root_file = Path("/var/tmp", f"kh-keep-{mark}")
+    root_file.write_text("root's")
+    root_shm = int(subprocess.run(["ipcmk", "-M", "4096"], check=True, capture_output=True, text=True)
+                   .stdout.split()[-1])
+    try:
+        j.cleanup()
+        assert not Path("/var/tmp", f"kh-sweep-{mark}").exists()
+        assert not Path("/dev/shm", f"kh-sweep-{mark}").exists()
+        assert not [o for k in ("shm", "sem", "msg") for o in _sysv(k) if o["uid"] == uid]
+        assert root_file.read_text() == "root's"
+        assert [o for o in _sysv("shm") if o["shmid"] == root_shm]
+    finally:
+        root_file.unlink()
+        subprocess.run(["ipcrm", "-m", str(root_shm)], check=False)
 
 
 def test_a_submission_deleting_outside_its_dirs_removes_nothing_of_ours(registry, jail_settings, tmp_path):
