@@ -42,7 +42,7 @@ def _need(what: str) -> None:
 @pytest.fixture(scope="module")
 def jail_settings(tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("contained")
-    return Settings(data_dir=root / "data", scratch_dir=root / "scratch", timed_calls_cpu=2, warmup_calls=0,
+    return Settings(data_dir=root / "data", scratch_dir=root / "scratch", timing_windows_cpu=3, window_ms_cpu=10.0,
                     correctness_trials=2, kill_grace_s=1.0, child_memory_mb=1536, child_max_pids=256,
                     child_disk_mb=64, compile_baseline="off")
 
