@@ -315,9 +315,10 @@ class _Evaluation:
         return grading.correct_so_far(self.obs, self.tolerance)
 
     def time_windows(self, prepared: dict[str, Any]) -> None:
-        """Rounds of timed windows on the parent's clock: the candidate's (then a hand-over of outputs the parent
-        picks, judged by the trusted side), eager's, torch.compile's, and the empty window's, each round on the
-        same fresh seeds. One untimed round first warms every kind up."""
+        """Rounds of timed windows on the parent's clock, each round on the same fresh seeds: the candidate's (then,
+        if the parent so draws, a hand-over of outputs it picks, judged by the trusted side), eager's, torch.compile's
+        and the empty window's, in an order drawn for each round so that no kind always follows the same one. One
+        untimed round first warms every kind up."""
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
@@ -326,29 +327,27 @@ class _Evaluation:
         rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
                                           else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline
-        kinds = ["eager", "empty"] + (["compile"] if mode == "on" or (mode == "auto" and device == "cuda") else [])
-        walls: dict[str, list[float]] = {"candidate": [], **{k: [] for k in kinds}}
+        kinds = ["candidate", "eager", "empty"] + (["compile"] if mode == "on" or (mode == "auto" and device == "cuda")
+                                                   else [])
+        walls: dict[str, list[float]] = {k: [] for k in kinds}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
+        draw = secrets.SystemRandom()
         for r in range(-1, rounds):  # round -1 warms up: lazy initialisation, autotuning, torch.compile's compile
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
-            reply = self.candidate.request(Window(seeds=seeds), window_limit, Phase.timing)
-            if r >= 0:
-                walls["candidate"].append((reply.received_at - self.candidate.sent_at) * 1e3)
-                # Whether this window is checked is drawn only now that it has closed (the last one, if none was).
-                if secrets.SystemRandom().random() < chance or (r == rounds - 1 and not check.handover_ms):
-                    self._handover(r, seeds, calls, check)
-            for kind in list(kinds):
-                try:
-                    ms = self.trusted.timed_call(ReferenceWindowCommand(kind=kind, seeds=seeds).model_dump(mode="json"),
-                                                 "window_done")
-                except TrustedFailed as e:
-                    if kind != "compile":
-                        raise
-                    self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
-                    kinds.remove(kind)
-                    continue
+            for kind in draw.sample(kinds, len(kinds)):
+                if kind == "candidate":
+                    reply = self.candidate.request(Window(seeds=seeds), window_limit, Phase.timing)
+                    ms = (reply.received_at - self.candidate.sent_at) * 1e3
+                    # Whether this window is checked is drawn only now that it has closed (the last, if none was).
+                    if r >= 0 and (draw.random() < chance or (r == rounds - 1 and not check.handover_ms)):
+                        self._handover(r, seeds, calls, check)
+                else:
+                    ms = self._reference_window(kind, seeds)
+                    if ms is None:  # torch.compile failed: no compile baseline (obs says why)
+                        kinds.remove(kind)
+                        continue
                 if r >= 0:
                     walls[kind].append(ms)
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
@@ -365,6 +364,18 @@ class _Evaluation:
             min_bytes = max(variant.min_bytes or 0, prepared["output_bytes"])
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
+
+    def _reference_window(self, kind: str, seeds: list[int]) -> float | None:
+        """A window of the trusted side's, in ms on the parent's clock; None when torch.compile cannot compile."""
+        assert self.trusted is not None
+        try:
+            return self.trusted.timed_call(ReferenceWindowCommand(kind=kind, seeds=seeds).model_dump(mode="json"),
+                                           "window_done")
+        except TrustedFailed as e:
+            if kind != "compile":
+                raise
+            self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
+            return None
 
     def _handover(self, window: int, seeds: list[int], calls: int, check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
