@@ -203,6 +203,9 @@ class Observations(BaseModel):
     trials_expected: int = 0
     trials: list[TrialFigures] = Field(default_factory=list)
     determinism: DeterminismFigures | None = None
+    # The reference draws random numbers in forward (dropout): its output changed with the forward seed. Both sides
+    # then run each call right after torch.manual_seed(the same fresh seed), so drawing as PyTorch does matches.
+    stochastic_reference: bool | None = None
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

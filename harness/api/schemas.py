@@ -189,6 +189,8 @@ class ProblemPublic(BaseModel):
     compile_timeout_s: float
     run_timeout_s: float
     init_args: list[str]
+    stochastic: list[str] = Field(default_factory=list, description="What in the reference draws random numbers "
+                                  "(dropout): both sides then run each call after the same fresh torch.manual_seed.")
 
 
 class ProblemDetail(ProblemPublic):

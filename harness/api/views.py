@@ -92,4 +92,5 @@ def problem_public(spec: ProblemSpec) -> ProblemPublic:
         sizes={k: SizePublic(overrides=v.overrides, flops=v.flops, min_bytes=v.min_bytes)
                for k, v in spec.sizes.items()},
         compile_timeout_s=spec.compile_timeout_s, run_timeout_s=spec.run_timeout_s, init_args=spec.init_arg_names,
+        stochastic=spec.stochastic,
     )

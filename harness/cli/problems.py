@@ -41,7 +41,7 @@ def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (
     """
     spec = find_problem(problems_dir, problem)
     if as_json:
-        typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
+        typer.echo(json.dumps({**spec.model_dump(mode="json"), "stochastic": spec.stochastic}, indent=2))
         return
     typer.echo(f"{spec.id}  (KernelBench {spec.kernelbench_id or '-'}, version {spec.version})")
     if spec.description:
@@ -50,6 +50,9 @@ def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (
     typer.echo(f"  tolerance:   {spec.tolerance}")
     typer.echo(f"  time limits: compile {spec.compile_timeout_s:g} s, run {spec.run_timeout_s:g} s")
     typer.echo(f"  constructor: Model({', '.join(spec.init_arg_names)})")
+    if spec.stochastic:
+        typer.echo(f"  stochastic:  yes ({', '.join(spec.stochastic)}): both sides run each call right after "
+                   "torch.manual_seed(the same fresh seed)")
     typer.echo("  constants:   " + ", ".join(f"{k}={v}" for k, v in module_constants(spec.source()).items()))
     for name, variant in spec.sizes.items():
         extra = f"  overrides {variant.overrides}" if variant.overrides else ""

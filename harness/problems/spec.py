@@ -56,6 +56,16 @@ class ProblemSpec(BaseModel):
     def source(self) -> str:
         return self.source_path.read_text()
 
+    @property
+    def stochastic(self) -> list[str]:
+        """What in the reference's Model draws random numbers (read from its source): non-empty, the problem is
+        stochastic, and both sides of an evaluation run each call right after torch.manual_seed(the same fresh
+        seed). An evaluation also tells it from the outputs (observations.stochastic_reference)."""
+        try:
+            return model_randomness(self.source())
+        except (OSError, SyntaxError):
+            return []
+
 
 def module_constants(source: str) -> dict[str, str]:
     """Module-level `NAME = expr` assignments as source text, read without importing."""
@@ -65,6 +75,36 @@ def module_constants(source: str) -> dict[str, str]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             found[node.targets[0].id] = ast.get_source_segment(source, node.value) or "?"
     return found
+
+
+# Calls that draw random numbers; a layer that does so in forward (dropout) is named by its class.
+_RANDOM_CALLS = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "dropout",
+                 "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "bernoulli",
+                 "bernoulli_", "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal",
+                 "normal_", "uniform_", "multinomial", "randperm", "poisson", "exponential_", "rrelu", "RReLU"}
+
+
+def model_randomness(source: str) -> list[str]:
+    """The random-number draws of class Model, sorted and unique: layers that draw in forward (Dropout), wherever
+    they are built, and random calls in its methods other than __init__ (where they only initialise parameters)."""
+    tree = ast.parse(source)
+    found: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name == "Model"):
+            continue
+        for method in node.body:
+            if not isinstance(method, ast.FunctionDef):
+                continue
+            for call in ast.walk(method):
+                if not isinstance(call, ast.Call):
+                    continue
+                f = call.func
+                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                    continue  # a layer of its own being called (self.dropout(x)): its construction counts
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if name in _RANDOM_CALLS and (name[0].isupper() or method.name != "__init__"):
+                    found.add(name)
+    return sorted(found)
 
 
 def model_init_arg_names(source: str) -> list[str]:

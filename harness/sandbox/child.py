@@ -108,13 +108,15 @@ def poison_allocator(device: torch.device, inputs: list[Any]) -> None:
     del blocks
 
 
-def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device) -> tuple[Any, bool, list[int]]:
+def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device,
+                 forward_seed: int) -> tuple[Any, bool, list[int]]:
     """One correctness call, watched: allocator poisoned before it; the inputs compared with a copy
     after it; the output snapshotted in stream order right after it returns and compared again
     after a device-wide sync and a pause, so work left running on another stream or thread shows.
     Returns the output, whether it changed after the return, and which inputs changed."""
     poison_allocator(device, inputs)
     before = [t.clone() for t in _tensors(inputs)]
+    torch.manual_seed(forward_seed)  # as the trusted side did before the reference's call
     out = model(*inputs)
     snapshot = [t.clone() for t in _tensors(out)]  # queued on the current stream: sees its order only
     problem_module.synchronize(device)
@@ -193,7 +195,8 @@ class _Session:
             for i in [*range(cmd.trials), None]:  # then trial 0's inputs again: a racy read shows as a difference
                 inputs = problem_module.to_device(
                     torch.load(self.req.exchange_dir / inputs_file(i or 0), weights_only=True), self.device)
-                out, out_changed, inputs_changed = checked_call(self.model, inputs, self.device)
+                out, out_changed, inputs_changed = checked_call(self.model, inputs, self.device,
+                                                                cmd.forward_seeds[i or 0])
                 if out_changed:
                     changed.append(i)
                 if inputs_changed:
@@ -207,8 +210,8 @@ class _Session:
     def window(self, cmd: Window) -> dict[str, Any]:
         assert self.model is not None
         self.kept = []
-        timing.run_window(self.model, self.problem, cmd.seeds, self.device, self.flush if cmd.flush_l2 else None,
-                          self.kept)
+        timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
+                          self.flush if cmd.flush_l2 else None, keep=self.kept)
         return {}
 
     def handover(self, cmd: Handover) -> dict[str, Any]:

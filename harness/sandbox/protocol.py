@@ -72,6 +72,7 @@ class ReferenceWindowCommand(BaseModel):
     cmd: Literal["window"] = "window"
     kind: Literal["eager", "compile", "empty"]
     seeds: list[int]
+    forward_seeds: list[int]  # torch.manual_seed right before each call: a stochastic reference draws alike
     flush_l2: bool = True
 
 
@@ -82,6 +83,7 @@ class CheckHandoverCommand(BaseModel):
     cmd: Literal["check_handover"] = "check_handover"
     files: list[Path]
     seeds: list[int]
+    forward_seeds: list[int]
     atol: float
     rtol: float
     save_dir: Path
@@ -118,6 +120,7 @@ class RunTrials(CandidateCommand):
 
     cmd: Literal["trials"] = "trials"
     trials: int
+    forward_seeds: list[int]  # one per trial (the determinism re-run reuses trial 0's), from the trusted side
 
 
 class Window(CandidateCommand):
@@ -126,6 +129,7 @@ class Window(CandidateCommand):
 
     cmd: Literal["window"] = "window"
     seeds: list[int]
+    forward_seeds: list[int]
     flush_l2: bool = True
 
 

@@ -203,6 +203,7 @@ class _Evaluation:
         self.trusted: Trusted | None = None
         self.run_limit = options.run_timeout_s or spec.run_timeout_s
         self.call_ms = 0.0  # the reference's time per call, once prepared
+        self.forward_seeds: list[int] = []  # the trials', from the trusted side
 
     @contextlib.contextmanager
     def open(self, work: Path):
@@ -262,6 +263,8 @@ class _Evaluation:
             self.candidate = self._start_candidate(self.provenance)
         prepared = self.trusted.wait("prepared").fields
         self.call_ms = float(prepared["call_ms"])
+        self.forward_seeds = list(prepared["forward_seeds"])
+        self.obs.stochastic_reference = bool(prepared["stochastic"])
         self.phases.end("reference_prepare")
         return prepared
 
@@ -293,7 +296,7 @@ class _Evaluation:
 
     def run_trials(self) -> None:
         assert self.candidate is not None
-        reply = self.candidate.request(RunTrials(trials=self.obs.trials_expected),
+        reply = self.candidate.request(RunTrials(trials=self.obs.trials_expected, forward_seeds=self.forward_seeds),
                                        self._limit(_CORRECTNESS_FLOOR_S, self.obs.trials_expected + 1),
                                        Phase.correctness)
         f = reply.fields
@@ -336,15 +339,17 @@ class _Evaluation:
         draw = secrets.SystemRandom()
         for r in range(-1, rounds):  # round -1 warms up: lazy initialisation, autotuning, torch.compile's compile
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
+            forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
-                    reply = self.candidate.request(Window(seeds=seeds), window_limit, Phase.timing)
+                    reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward), window_limit,
+                                                   Phase.timing)
                     ms = (reply.received_at - self.candidate.sent_at) * 1e3
                     # Whether this window is checked is drawn only now that it has closed (the last, if none was).
                     if r >= 0 and (draw.random() < chance or (r == rounds - 1 and not check.handover_ms)):
-                        self._handover(r, seeds, calls, check)
+                        self._handover(r, seeds, forward, check)
                 else:
-                    ms = self._reference_window(kind, seeds)
+                    ms = self._reference_window(kind, seeds, forward)
                     if ms is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
                         continue
@@ -365,22 +370,23 @@ class _Evaluation:
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
 
-    def _reference_window(self, kind: str, seeds: list[int]) -> float | None:
+    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int]) -> float | None:
         """A window of the trusted side's, in ms on the parent's clock; None when torch.compile cannot compile."""
         assert self.trusted is not None
+        command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds)
         try:
-            return self.trusted.timed_call(ReferenceWindowCommand(kind=kind, seeds=seeds).model_dump(mode="json"),
-                                           "window_done")
+            return self.trusted.timed_call(command.model_dump(mode="json"), "window_done")
         except TrustedFailed as e:
             if kind != "compile":
                 raise
             self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
             return None
 
-    def _handover(self, window: int, seeds: list[int], calls: int, check: TimedOutputCheck) -> None:
+    def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
         (on the parent's clock); the trusted side judges them on the same seeds and times its own save of them."""
         assert self.trusted is not None and self.candidate is not None
+        calls = len(seeds)
         picks = sorted(secrets.SystemRandom().sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
         check.expected += len(picks)
         reply = self.candidate.request(Handover(window=window, picks=picks), self._limit(_WINDOW_FLOOR_S, calls),
@@ -388,7 +394,8 @@ class _Evaluation:
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
         files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
         checked = self.trusted.call(CheckHandoverCommand(
-            files=files, seeds=[seeds[j] for j in picks], atol=self.tolerance.atol, rtol=self.tolerance.rtol,
+            files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
+            atol=self.tolerance.atol, rtol=self.tolerance.rtol,
             save_dir=self.trusted_home / "saves").model_dump(mode="json"), "handover_checked")
         check.reference_save_ms.append(round(checked["save_ms"], 4))
         for j, figures, path in zip(picks, checked["checks"], files, strict=True):

@@ -34,17 +34,19 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
     return torch.empty(max(L2_FLUSH_BYTES_MIN, 2 * l2) // 4, dtype=torch.float32, device=device)
 
 
-def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], device: torch.device,
-               flush: torch.Tensor | None, keep: list[Any] | None = None) -> None:
+def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_seeds: list[int],
+               device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None = None) -> None:
     """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
     device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
-    window measures the device; work a call leaves on other streams lands inside it. With `keep`, each call's
-    output is appended to it (kept for a hand-over)."""
+    window measures the device; work a call leaves on other streams lands inside it. Each call runs right after
+    `torch.manual_seed(its forward seed)`, on both sides, so a stochastic reference (dropout) draws alike. With
+    `keep`, each call's output is appended to it (kept for a hand-over)."""
     with torch.no_grad():
         inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
-        for x in inputs:
+        for x, forward_seed in zip(inputs, forward_seeds, strict=True):
             if flush is not None:
                 flush.zero_()
+            torch.manual_seed(forward_seed)
             out = fn(*x)
             if keep is not None:
                 keep.append(out)

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import platform
+import secrets
 import socket
 import stat
 import subprocess
@@ -94,6 +95,14 @@ def _double(obj: Any) -> Any:
     return obj
 
 
+def _same_outputs(a: Any, b: Any) -> bool:
+    la, lb = _as_list(a), _as_list(b)
+    if la is None or lb is None or len(la) != len(lb):
+        return False
+    return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+               and torch.equal(x.nan_to_num(), y.nan_to_num()) for x, y in zip(la, lb, strict=True))
+
+
 class UntrustedFile(Exception):
     """A file the candidate wrote that is not a regular file of acceptable size: the submission's fault."""
 
@@ -144,6 +153,10 @@ class Trusted:
         if cmd.extra_distribution:
             distributions.append(problem_module.EXTRA_DISTRIBUTION)
         call_s: list[float] = []
+        # Each forward runs right after torch.manual_seed(its own seed), drawn fresh and apart from the inputs'
+        # seeds, and the candidate is told the same seeds: a stochastic reference (dropout) draws alike on both sides.
+        forward_seeds = [secrets.randbits(62) for _ in distributions]
+        stochastic = False
         with torch.no_grad():
             for i, dist in enumerate(distributions):
                 torch.manual_seed(cmd.input_seed + i)
@@ -154,10 +167,15 @@ class Trusted:
                 on_device = problem_module.to_device(inputs, self.device)
                 problem_module.synchronize(self.device)
                 t0 = time.perf_counter()
+                torch.manual_seed(forward_seeds[i])
                 self.expected.append(self.model(*on_device))
                 problem_module.synchronize(self.device)
                 call_s.append(time.perf_counter() - t0)
+                torch.manual_seed(forward_seeds[i])
                 self.ground_truth.append(model64(*_double(on_device)))
+                if i == 0:  # the same inputs under another forward seed: does the reference draw random numbers?
+                    torch.manual_seed(secrets.randbits(62))
+                    stochastic = not _same_outputs(self.model(*on_device), self.expected[0])
         problem_module.synchronize(self.device)
         del model64
         outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]
@@ -169,9 +187,9 @@ class Trusted:
         self.flush = timing.l2_flush_buffer(self.device)
         # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
         seeds = list(range(-20, 0))
-        timing.run_window(timing.empty_call, self.module, seeds[:2], self.device, self.flush)
+        timing.run_window(timing.empty_call, self.module, seeds[:2], seeds[:2], self.device, self.flush)
         t0 = time.perf_counter()
-        timing.run_window(timing.empty_call, self.module, seeds, self.device, self.flush)
+        timing.run_window(timing.empty_call, self.module, seeds, seeds, self.device, self.flush)
         window_cost_ms = (time.perf_counter() - t0) * 1e3 / len(seeds)
         return {
             "device": self.device.type,
@@ -183,6 +201,8 @@ class Trusted:
             # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
             "call_ms": 1e3 * min(call_s[1:] or call_s),
             "window_cost_ms": window_cost_ms,
+            "forward_seeds": forward_seeds,
+            "stochastic": stochastic,
             "reference_torch_flags": torchflags.snapshot(),
         }
 
@@ -309,7 +329,8 @@ class Trusted:
                 self.compiled = torch.compile(self.model)
             fn = self.compiled
         kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
-        timing.run_window(fn, self.module, cmd.seeds, self.device, self.flush if cmd.flush_l2 else None, kept)
+        timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
+                          self.flush if cmd.flush_l2 else None, keep=kept)
         del kept
         return {}
 
@@ -319,8 +340,10 @@ class Trusted:
         assert self.model is not None
         checks, expected = [], []
         with torch.no_grad():
-            for path, seed in zip(cmd.files, cmd.seeds, strict=True):
-                exp = self.model(*problem_module.seeded_inputs(self.module, seed, self.device))
+            for path, seed, forward_seed in zip(cmd.files, cmd.seeds, cmd.forward_seeds, strict=True):
+                inputs = problem_module.seeded_inputs(self.module, seed, self.device)
+                torch.manual_seed(forward_seed)
+                exp = self.model(*inputs)
                 expected.append(exp)
                 checks.append(self._judge_one(path, exp, exp, cmd))
         problem_module.synchronize(self.device)

@@ -111,3 +111,14 @@ def test_eval_of_a_source_with_a_syntax_error_names_the_line_and_no_size(tmp_pat
     assert p.returncode == 1
     assert "message:    syntax error in the source at line 4: expected ':': 'def forward(self, x)'" in p.stdout
     assert "problem:    gemm-groupnorm-min-biasadd v1 (level2/75)\n" in p.stdout  # nothing ran: no size
+
+
+def test_problems_show_says_which_problems_are_stochastic(tmp_path):
+    fixtures = str(SUBMISSIONS.parent / "problems")
+    show = harness("problems", "show", "level2/66", "--problems-dir", fixtures, data_dir=tmp_path)
+    assert show.returncode == 0, show.stderr
+    assert "stochastic:  yes (Dropout)" in show.stdout
+    assert json.loads(harness("problems", "show", "level2/66", "--problems-dir", fixtures, "--json",
+                              data_dir=tmp_path).stdout)["stochastic"] == ["Dropout"]
+    plain = harness("problems", "show", "level2/94", data_dir=tmp_path)
+    assert "stochastic" not in plain.stdout

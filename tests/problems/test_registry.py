@@ -61,3 +61,17 @@ def test_external_kernelbench_folder_is_loaded_without_importing(tmp_path: Path)
 def test_missing_external_folder_is_a_clear_error(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_kernelbench_dir(tmp_path / "nope")
+
+
+def test_a_reference_that_draws_random_numbers_is_stochastic_and_others_are_not():
+    from harness.api.views import problem_public
+    from harness.problems.spec import model_randomness
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "problems"
+    dropout = get_registry(fixtures).get("level2/66")
+    assert dropout.stochastic == ["Dropout"] and problem_public(dropout).stochastic == ["Dropout"]
+    assert get_registry().get("level2/30").stochastic == []
+    # Only what Model itself does counts: get_inputs draws its inputs with torch.rand in every problem.
+    assert model_randomness("import torch\ndef get_inputs():\n    return [torch.rand(2)]\n") == []
+    assert model_randomness("import torch.nn.functional as F\nclass Model:\n    def forward(self, x):\n"
+                            "        return F.dropout(x, 0.1)\n") == ["dropout"]

@@ -319,3 +319,33 @@ def test_every_builtin_problem_passes_its_own_reference_renamed_modelnew_on_cpu(
     r = evaluate(spec, source, EvalOptions(device="cpu", size="small"), settings)
     assert r.verdict == Verdict.passed, r.message
     assert r.problem.size == "small" and r.speedup_vs_eager is not None
+
+
+def _stochastic_problem():
+    from harness.problems.registry import get_registry
+
+    return get_registry(SUBMISSIONS.parent / "problems").get("level2/66")
+
+
+def test_a_stochastic_reference_resubmitted_as_itself_passes_with_both_sides_seeded_alike(settings):
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    spec = _stochastic_problem()
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), settings)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    assert r.observations.stochastic_reference is True
+    assert r.observations.timed_outputs.calls  # timed outputs matched too: the windows' calls were seeded alike
+
+
+def test_skipping_a_stochastic_references_dropout_is_wrong_answer(settings):
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    text = (SUBMISSIONS / "l66_skips_dropout.py").read_text()
+    r = evaluate(_stochastic_problem(), text, EvalOptions(device="cpu", compile_baseline="off"), settings)
+    assert r.verdict == Verdict.wrong_answer, r.message
+
+
+def test_a_deterministic_reference_is_not_called_stochastic(run_fixture):
+    r = run_fixture("level2/30", "l30_pytorch_correct.py", timing=False)
+    assert r.verdict == Verdict.passed and r.observations.stochastic_reference is False
