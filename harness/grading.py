@@ -281,9 +281,13 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
                           "passed, not ranked"))
     noisy = [f"{name} {t.spread:.1%}" for name, t in (("candidate", ct), ("eager", obs.eager_timing))
              if t is not None and t.spread is not None and t.spread > SPREAD_LIMIT]
-    if noisy:
-        flags.append(Flag(check="timing_unreliable", detail=f"the timed windows spread {', '.join(noisy)} "
-                          f"(interquartile range over median; limit {SPREAD_LIMIT:.0%}): shown, not ranked"))
+    lost = [name for name, t in (("candidate", ct), ("eager", obs.eager_timing))
+            if t is not None and t.clock == "parent_window" and t.median_ms <= (t.noise_ms or 0.0)]
+    if noisy or lost:
+        why = [f"the timed windows spread {', '.join(noisy)} (interquartile range over median; limit "
+               f"{SPREAD_LIMIT:.0%})"] if noisy else []
+        why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
+        flags.append(Flag(check="timing_unreliable", detail="; ".join(why) + ": shown, not ranked"))
     cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
     ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
     if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:

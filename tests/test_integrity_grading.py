@@ -156,3 +156,12 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
             Scored(submission_id=2, problem_id="p", submitter="b", model="m", verdict="passed", device="cuda",
                    speedup_vs_eager=1.2)]
     assert [r.submitter for r in leaderboard(rows)] == ["b"]
+
+
+def test_a_time_within_the_empty_windows_noise_is_timing_unreliable():
+    lost = _window_timing(0.0).model_copy(update={"noise_ms": 0.01})
+    g = grade(_passing(candidate_timing=lost, eager_timing=_window_timing(1.0)), TOL)
+    assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["timing_unreliable"]
+    assert "candidate time is within the empty windows' noise" in g.flags[0].detail
+    clear = _window_timing(0.5).model_copy(update={"noise_ms": 0.01})
+    assert grade(_passing(candidate_timing=clear, eager_timing=_window_timing(1.0)), TOL).flags == []

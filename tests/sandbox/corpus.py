@@ -66,9 +66,10 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("the protocol spoken by the submission", A + "fake_replies.py", "flagged", "protocol",
             "replies are evidence, not verdicts: the parent takes one reply per command it sent, and a window "
             "answered without work still has to hand over outputs judged element by element", HONEST),
-    Exploit("seed read to tell trials from timed calls", A + "seed_reader.py", "passed", None,
-            "timed inputs made under a forked RNG state from seeds sent only when the window opens: "
-            "torch.initial_seed() tells nothing", HONEST),
+    Exploit("seed read to tell trials from timed calls", A + "seed_reader.py", "wrong_answer", None,
+            "inputs made under a forked RNG state from seeds sent only when a window opens; every forward runs after "
+            "torch.manual_seed of a fresh seed of its own, trials included: the seed it reads changes on every "
+            "call, so its answer 'ahead' is judged in the trials", HONEST),
     Exploit("profile hook inflating the subtracted overhead", A + "profile_hook_spin.py", "flagged",
             "static:profile_hook",
             "the empty window is timed in the trusted process, out of the hook's reach; static pre-check", HONEST),

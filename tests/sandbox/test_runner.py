@@ -33,10 +33,11 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
     assert o.eager_timing.calls_per_window == o.candidate_timing.calls_per_window
     assert r.speedup_vs_eager == pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
-    check = o.timed_outputs  # two outputs of each window, picked after it, judged element by element
-    assert check is not None and check.reported == check.expected == 6 and len(check.calls) == 6
+    check = o.timed_outputs  # up to two outputs of each window, picked after it, judged element by element
+    picks = min(2, o.candidate_timing.calls_per_window)
+    assert len(check.handover_ms) == len(check.reference_save_ms) == 3  # small outputs: every window is checked
+    assert check.reported == check.expected == len(check.calls) == 3 * picks
     assert all(c.outputs and c.outputs[0].max_abs_err == 0.0 for c in check.calls)
-    assert len(check.handover_ms) == len(check.reference_save_ms) == 3
     assert o.state_dict is not None and set(o.state_dict.copied) == {
         "gemm.weight", "gemm.bias", "group_norm.weight", "group_norm.bias", "bias"}
     p = r.provenance
@@ -318,7 +319,9 @@ def test_every_builtin_problem_passes_its_own_reference_renamed_modelnew_on_cpu(
     source = spec.source().replace("class Model(", "class ModelNew(")
     r = evaluate(spec, source, EvalOptions(device="cpu", size="small"), settings)
     assert r.verdict == Verdict.passed, r.message
-    assert r.problem.size == "small" and r.speedup_vs_eager is not None
+    assert r.problem.size == "small"
+    # A speedup, unless the host was too busy for one: a time within its windows' noise is marked, not ranked.
+    assert r.speedup_vs_eager is not None or "timing_unreliable" in [f.check for f in r.flags]
 
 
 def _stochastic_problem():
