@@ -156,3 +156,21 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
             Scored(submission_id=2, problem_id="p", submitter="b", model="m", verdict="passed", device="cuda",
                    speedup_vs_eager=1.2)]
     assert [r.submitter for r in leaderboard(rows)] == ["b"]
+
+
+def test_a_passing_result_whose_tolerance_passes_zeros_too_is_unranked_and_regrades_with_the_tolerance():
+    from harness.grading import degenerate_at
+    from harness.schema import TrivialOutput
+
+    zeros = OutputFigures(index=0, got_type="Tensor", got_shape=[4], got_dtype="float32", expected_shape=[4],
+                          expected_dtype="float32", nonfinite_mismatches=0, numel=4, max_abs_err=3e-4,
+                          max_rel_err=3e-4)
+    obs = _passing(trivial_outputs=[TrivialOutput(kind="zeros", outputs=[zeros])])
+    assert _checks(obs) == (Verdict.passed, [])  # 3e-4 is beyond 1e-4: zeros fail, the tolerance means something
+    loose = Tolerance(atol=1e-2, rtol=1e-2)
+    assert degenerate_at(obs, loose) == ["zeros"]
+    g = grade(obs, loose)
+    assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["degenerate_tolerance"]
+    from harness.verdicts import UNRANKED_CHECKS
+
+    assert "degenerate_tolerance" in UNRANKED_CHECKS
