@@ -213,6 +213,11 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     return None
 
 
+def degenerate_at(obs: Observations, tol: Tolerance) -> list[str]:
+    """The outputs that compute nothing (zeros, a constant, each row's mean) that would pass at `tol`."""
+    return [t.kind for t in obs.trivial_outputs if t.outputs and all(within_tolerance(f, tol) for f in t.outputs)]
+
+
 def correct_so_far(obs: Observations, tol: Tolerance) -> bool:
     """Right answers, whatever the static pre-check says: such a candidate is still timed and checked,
     so a submission held for review carries its figures."""
@@ -288,6 +293,10 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
                f"{SPREAD_LIMIT:.0%})"] if noisy else []
         why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
         flags.append(Flag(check="timing_unreliable", detail="; ".join(why) + ": shown, not ranked"))
+    trivial = degenerate_at(obs, tol)
+    if trivial:
+        flags.append(Flag(check="degenerate_tolerance", detail=f"{', '.join(trivial)} would pass at {tol} too: "
+                          "at this size and tolerance passing proves nothing; shown, not ranked"))
     cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
     ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
     if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:

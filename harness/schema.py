@@ -117,6 +117,14 @@ class FlagChange(BaseModel):
     when: Literal["import", "construct", "run"]
 
 
+class TrivialOutput(BaseModel):
+    """An output that computes nothing (all zeros, a constant, each row's mean), judged against the reference's
+    outputs like a candidate's: its worst trial's figures, per output."""
+
+    kind: str
+    outputs: list[OutputFigures] = Field(default_factory=list)
+
+
 class TimedOutputCheck(BaseModel):
     """Outputs of timed calls, picked by the parent after each window closed, handed over by the candidate as it
     kept them, and compared element by element with the reference on the same inputs by the trusted side."""
@@ -206,6 +214,7 @@ class Observations(BaseModel):
     # The reference draws random numbers in forward (dropout): its output changed with the forward seed. Both sides
     # then run each call right after torch.manual_seed(the same fresh seed), so drawing as PyTorch does matches.
     stochastic_reference: bool | None = None
+    trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

@@ -60,4 +60,4 @@ def classify_exception(phase: Phase, exc_type: str, message: str) -> Verdict:
 
 
 # Flags on a passed result that keep it off the leaderboard: it is correct, but not a kernel of its own.
-UNRANKED_CHECKS = frozenset({"no_custom_kernel", "timing_unreliable"})
+UNRANKED_CHECKS = frozenset({"no_custom_kernel", "timing_unreliable", "degenerate_tolerance"})

@@ -165,3 +165,19 @@ def test_a_time_within_the_empty_windows_noise_is_timing_unreliable():
     assert "candidate time is within the empty windows' noise" in g.flags[0].detail
     clear = _window_timing(0.5).model_copy(update={"noise_ms": 0.01})
     assert grade(_passing(candidate_timing=clear, eager_timing=_window_timing(1.0)), TOL).flags == []
+def test_a_passing_result_whose_tolerance_passes_zeros_too_is_unranked_and_regrades_with_the_tolerance():
+    from harness.grading import degenerate_at
+    from harness.schema import TrivialOutput
+
+    zeros = OutputFigures(index=0, got_type="Tensor", got_shape=[4], got_dtype="float32", expected_shape=[4],
+                          expected_dtype="float32", nonfinite_mismatches=0, numel=4, max_abs_err=3e-4,
+                          max_rel_err=3e-4)
+    obs = _passing(trivial_outputs=[TrivialOutput(kind="zeros", outputs=[zeros])])
+    assert _checks(obs) == (Verdict.passed, [])  # 3e-4 is beyond 1e-4: zeros fail, the tolerance means something
+    loose = Tolerance(atol=1e-2, rtol=1e-2)
+    assert degenerate_at(obs, loose) == ["zeros"]
+    g = grade(obs, loose)
+    assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["degenerate_tolerance"]
+    from harness.verdicts import UNRANKED_CHECKS
+
+    assert "degenerate_tolerance" in UNRANKED_CHECKS

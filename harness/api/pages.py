@@ -230,6 +230,7 @@ class ProblemPage:
     verdict_svg: Markup
     speedup_svg: Markup
     baselines: list[queries.BaselineTime]
+    degenerate: list[queries.DegenerateAt]
     filters: dict[str, str | None]
 
 
@@ -269,4 +270,5 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
         verdicts=verdicts, pending=pending, verdict_svg=charts.stacked_bar(shares, "verdict breakdown"),
         speedup_svg=charts.speedup_strips(strips, "speedup vs eager of passing results, one row per model"),
         baselines=[b for b in queries.baseline_times(session, spec.id, spec.version) if b.device == dev],
+        degenerate=[d for d in queries.degenerate_at(session, spec.id, spec.version) if d.device == dev],
         filters={"model": model, "verdict": verdict})

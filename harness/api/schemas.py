@@ -7,7 +7,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from harness.db.queries import BaselineTime
+from harness.db.queries import BaselineTime, DegenerateAt
 from harness.reporting import FastPRow, LeaderboardRow
 from harness.schema import Flag, ProblemRef, Provenance, TimingStats, Tolerance
 from harness.verdicts import Verdict
@@ -198,6 +198,9 @@ class ProblemDetail(ProblemPublic):
     constants: dict[str, str]
     baseline_times: list[BaselineTime] = Field(
         description="The reference's median times as last measured on each device and size.")
+    degenerate: list[DegenerateAt] = Field(
+        default_factory=list, description="Where outputs that compute nothing (zeros, a constant, each row's mean) "
+        "pass: results there are flagged degenerate_tolerance and not ranked.")
 
 
 class Board(BaseModel):

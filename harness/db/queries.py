@@ -161,6 +161,25 @@ def baseline_times(session: Session, problem_id: str, problem_version: int) -> l
     return list(seen.values())
 
 
+class DegenerateAt(BaseModel):
+    """Also the wire model of /api/problems/{id}: a device, size and tolerance at which outputs that compute nothing
+    pass (a result there carries the degenerate_tolerance flag)."""
+
+    device: str
+    size: str
+    atol: float
+    rtol: float
+
+
+def degenerate_at(session: Session, problem_id: str, problem_version: int) -> list[DegenerateAt]:
+    rows = session.execute(
+        select(Result.device, Result.size, Result.atol, Result.rtol, Result.flags)
+        .where(Result.problem_id == problem_id, Result.problem_version == problem_version,
+               Result.verdict == "passed", Result.device.is_not(None))).all()
+    found = {(d, s, a, r) for d, s, a, r, flags in rows if "degenerate_tolerance" in (flags or [])}
+    return [DegenerateAt(device=d, size=s, atol=a, rtol=r) for d, s, a, r in sorted(found)]
+
+
 def job_counts(session: Session, batch: str | None = None, job_ids: Sequence[int] | None = None) -> dict[str, int]:
     q = select(Job.status, func.count(Job.id)).group_by(Job.status)
     if batch is not None:

@@ -61,6 +61,7 @@ from harness.schema import (
     TimedOutputCheck,
     Tolerance,
     TrialFigures,
+    TrivialOutput,
 )
 from harness.submission import InvalidSubmission, check_constructor, extract
 from harness.verdicts import Phase
@@ -315,6 +316,7 @@ class _Evaluation:
                            for t in judged["trials"]]
         if judged.get("determinism") is not None:
             self.obs.determinism = DeterminismFigures.model_validate(judged["determinism"])
+        self.obs.trivial_outputs = [TrivialOutput.model_validate(t) for t in judged.get("trivial") or []]
         return grading.correct_so_far(self.obs, self.tolerance)
 
     def time_windows(self, prepared: dict[str, Any]) -> None:

@@ -30,3 +30,12 @@ def test_a_problem_by_kernelbench_id_has_source_constants_and_measured_baselines
 def test_an_unknown_problem_is_404_with_suggestions(client):
     r = client.get("/api/problems/gemm_gn_min")
     assert r.status_code == 404 and "did you mean" in r.json()["detail"] and r.json()["suggestions"]
+
+
+def test_a_problem_says_where_its_tolerance_is_degenerate(client, db):
+    seed(db, eval_result(zeros_rel_err=5e-5))  # zeros within 1e-4: passing there proves nothing
+    seed(db, eval_result(device="cpu", zeros_rel_err=0.5))
+    got = client.get("/api/problems/level2/75").json()
+    assert got["degenerate"] == [{"device": "cuda", "size": "default", "atol": 1e-4, "rtol": 1e-4}]
+    page = client.get("/problems/level2/75?device=cuda").text
+    assert "degenerate" in page and "outputs that compute nothing pass there" in page

@@ -22,6 +22,7 @@ from harness.schema import (
     TimingStats,
     Tolerance,
     TrialFigures,
+    TrivialOutput,
 )
 from harness.verdicts import Phase
 
@@ -37,9 +38,10 @@ def timing(ms: float, clock: str = "cuda_event") -> TimingStats:
 def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level2/75", device: str | None = "cuda",
                 candidate_ms: float | None = 1.0, eager_ms: float = 2.0, compile_ms: float | None = 1.5,
                 max_rel_err: float = 1e-6, tolerance: Tolerance = TOL, static_error: str | None = None,
-                compiler_error: str | None = None, log_tail: str = "") -> EvalResult:
+                compiler_error: str | None = None, log_tail: str = "",
+                zeros_rel_err: float | None = None) -> EvalResult:
     """A whole EvalResult graded from figures: a tiny max_rel_err passes, a large one is wrong_answer; a
-    static or compiler error leaves no figures."""
+    static or compiler error leaves no figures. With `zeros_rel_err`, all-zero outputs are that far off."""
     obs = Observations(static_error=static_error, log_tail=log_tail)
     if compiler_error is not None:
         obs.candidate_error = ChildError(phase=Phase.compile, exc_type="RuntimeError",
@@ -54,6 +56,9 @@ def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level
         obs.trials_expected = 5
         obs.trials = [TrialFigures(trial=i, outputs=[fig]) for i in range(5)]
         obs.determinism = DeterminismFigures(bitwise_equal=True, max_rel_diff=0.0)
+        if zeros_rel_err is not None:
+            zeros = fig.model_copy(update={"max_abs_err": zeros_rel_err, "max_rel_err": zeros_rel_err})
+            obs.trivial_outputs = [TrivialOutput(kind="zeros", outputs=[zeros])]
         clock = "cuda_event" if device == "cuda" else "perf_counter"
         if candidate_ms is not None:
             obs.candidate_timing = timing(candidate_ms, clock)

@@ -58,3 +58,18 @@ def test_windows_too_noisy_to_rank_pass_marked_timing_unreliable(settings):
     assert r.verdict == Verdict.passed, r.message
     assert "timing_unreliable" in [f.check for f in r.flags]
     assert r.observations.candidate_timing.spread > 0.10
+
+
+def test_a_tolerance_that_outputs_computing_nothing_pass_is_degenerate_and_the_result_unranked(settings):
+    """Softmax over 4096 columns: every output is about 2.4e-4, so at KernelBench v0.1's 1e-2 zeros pass."""
+    from harness.problems.spec import V01_TOLERANCE
+
+    spec = get_registry(Path(__file__).parents[1] / "fixtures" / "problems").get("level1/23")
+    text = (ADVERSARIAL / "constant_once_timed_honest.py").read_text()
+    loose = evaluate(spec, text, EvalOptions(device="cpu", tolerance=V01_TOLERANCE, timing=False), settings)
+    assert loose.verdict == Verdict.passed, loose.message
+    assert [f.check for f in loose.flags] == ["degenerate_tolerance"]
+    assert "zeros" in loose.flags[0].detail and "row mean" in loose.flags[0].detail
+    strict = evaluate(spec, text, EvalOptions(device="cpu", timing=False), settings)  # 1e-4: nothing trivial passes
+    assert strict.verdict == Verdict.passed and strict.flags == []
+    assert {t.kind for t in strict.observations.trivial_outputs} == {"zeros", "constant", "row mean"}

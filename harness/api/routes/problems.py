@@ -29,4 +29,5 @@ def get_problem(problem: str, registry: RegistryDep, session: SessionDep) -> Pro
     except SyntaxError:
         constants = {}
     return ProblemDetail(**problem_public(spec).model_dump(), source=source, constants=constants,
-                         baseline_times=queries.baseline_times(session, spec.id, spec.version))
+                         baseline_times=queries.baseline_times(session, spec.id, spec.version),
+                         degenerate=queries.degenerate_at(session, spec.id, spec.version))
