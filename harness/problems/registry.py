@@ -36,7 +36,7 @@ def load_kernelbench_dir(path: Path) -> list[ProblemSpec]:
     Nothing is imported here: the files are read as text. Ids are `levelN/<number>`; a folder not
     named `levelN` gives ids `<folder name>/<number>`.
     """
-    path = Path(path)
+    path = Path(path).expanduser().resolve()  # children run elsewhere: a relative path would not reach them
     if not path.is_dir():
         raise FileNotFoundError(f"problems folder {str(path)!r} does not exist or is not a folder")
     folders = [path] if not any(_LEVEL_DIR.match(p.name) for p in path.iterdir() if p.is_dir()) else sorted(

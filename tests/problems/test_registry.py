@@ -75,3 +75,12 @@ def test_a_reference_that_draws_random_numbers_is_stochastic_and_others_are_not(
     assert model_randomness("import torch\ndef get_inputs():\n    return [torch.rand(2)]\n") == []
     assert model_randomness("import torch.nn.functional as F\nclass Model:\n    def forward(self, x):\n"
                             "        return F.dropout(x, 0.1)\n") == ["dropout"]
+
+
+def test_a_folder_given_as_a_relative_path_yields_absolute_problem_files(tmp_path: Path, monkeypatch):
+    """Children run in temp dirs of their own: a relative source path reached them as a missing file."""
+    (tmp_path / "level2").mkdir()
+    (tmp_path / "level2" / "7_Foo.py").write_text("class Model:\n    def __init__(self): pass\n")
+    monkeypatch.chdir(tmp_path)
+    (spec,) = load_kernelbench_dir(Path("level2"))
+    assert spec.source_path.is_absolute() and spec.source_path == tmp_path / "level2" / "7_Foo.py"
