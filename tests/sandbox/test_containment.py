@@ -174,7 +174,8 @@ def test_files_and_shared_memory_a_submission_leaves_do_not_outlive_its_evaluati
     mark = uuid.uuid4().hex
     key = zlib.crc32(mark.encode()) & 0x7FFFFFFF
     r = _run(registry, jail_settings, "leave_behind.py", mark=mark)
-    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    # It reaches SysV shared memory through ctypes, which the static pre-check names; it ran to the end all the same.
+    assert r.verdict == Verdict.flagged and {f.check for f in r.flags} == {"static:ctypes"}, r.message + r.log_excerpt
     log = r.observations.log_tail or ""
     # The honest half: inside, each dir took the file and the segment was made.
     assert "wrote 100 bytes in ['/tmp', '/var/tmp', '/dev/shm'" in log, log
