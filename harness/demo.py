@@ -135,12 +135,15 @@ _TRUNCATED_REPLY = ("I'll optimize this model by fusing the GEMM with the GroupN
                     "Here is the plan:\n1. Tile the GEMM with 128x128 blocks\n2. Accumulate per-group sums")
 
 
-def _timing(rng: random.Random, median: float, n: int = 100) -> TimingStats:
+def _timing(rng: random.Random, median: float, n: int = 15) -> TimingStats:
+    """Figures shaped like the parent's timed windows: n windows of about 30 ms each."""
     spread = rng.uniform(0.004, 0.03)
-    return TimingStats(clock="cuda_event", n=n, median_ms=round(median, 4),
+    calls = max(1, round(30 / max(median, 1e-3)))
+    return TimingStats(clock="parent_window", n=n, median_ms=round(median, 4),
                        mean_ms=round(median * (1 + spread / 3), 4), min_ms=round(median * (1 - spread / 2), 4),
                        max_ms=round(median * (1 + spread * rng.uniform(2, 6)), 4),
-                       std_ms=round(median * spread / 2, 5), overhead_ms=0.006)
+                       std_ms=round(median * spread / 2, 5), overhead_ms=0.006, calls_per_window=calls,
+                       spread=round(spread, 4))
 
 
 def _shape(kb: str) -> list[int]:
