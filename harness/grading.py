@@ -213,6 +213,19 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     return None
 
 
+def _unreliable_timing(obs: Observations) -> str | None:
+    """Why the timed windows cannot rank this result (too spread, or a time within the empty windows' noise)."""
+    kinds = (("candidate", obs.candidate_timing), ("eager", obs.eager_timing), ("torch.compile", obs.compile_timing))
+    noisy = [f"{name} {t.spread:.1%}" for name, t in kinds if t is not None and t.spread is not None
+             and t.spread > SPREAD_LIMIT]
+    lost = [name for name, t in kinds[:2] if t is not None and t.clock == "parent_window"
+            and t.median_ms <= (t.noise_ms or 0.0)]
+    why = [f"the timed windows spread {', '.join(noisy)} (interquartile range over median; limit "
+           f"{SPREAD_LIMIT:.0%})"] if noisy else []
+    why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
+    return "; ".join(why) or None
+
+
 def degenerate_at(obs: Observations, tol: Tolerance) -> list[str]:
     """The outputs that compute nothing (zeros, a constant, each row's mean) that would pass at `tol`."""
     return [t.kind for t in obs.trivial_outputs if t.outputs and all(within_tolerance(f, tol) for f in t.outputs)]
@@ -274,7 +287,9 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
                   f"{sol.flops_per_s / 1e12:.0f} TFLOP/s, {sol.min_bytes or 0:.3g} B at "
                   f"{sol.bytes_per_s / 1e9:.0f} GB/s)")
         return _flagged("speed_of_light", "the reported time is below what this GPU can physically do", detail)
-    if s_compile is not None and s_compile > REVIEW_SPEEDUP_VS_COMPILE:
+    unreliable = _unreliable_timing(obs)
+    # A speedup the windows cannot vouch for is neither ranked nor evidence: it is marked below, not held.
+    if s_compile is not None and s_compile > REVIEW_SPEEDUP_VS_COMPILE and unreliable is None:
         detail = f"{s_compile:.1f}x vs torch.compile (over {REVIEW_SPEEDUP_VS_COMPILE:g}x)"
         return _flagged("review_speedup", f"correct, {detail}: held for review before it is ranked", detail)
     figs = [o for t in obs.trials for o in t.outputs]
@@ -284,15 +299,8 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
         shown = ", ".join(obs.kernels.names[:5]) or "none"
         flags.append(Flag(check="no_custom_kernel", detail=f"forward launched only library kernels ({shown}): "
                           "passed, not ranked"))
-    noisy = [f"{name} {t.spread:.1%}" for name, t in (("candidate", ct), ("eager", obs.eager_timing))
-             if t is not None and t.spread is not None and t.spread > SPREAD_LIMIT]
-    lost = [name for name, t in (("candidate", ct), ("eager", obs.eager_timing))
-            if t is not None and t.clock == "parent_window" and t.median_ms <= (t.noise_ms or 0.0)]
-    if noisy or lost:
-        why = [f"the timed windows spread {', '.join(noisy)} (interquartile range over median; limit "
-               f"{SPREAD_LIMIT:.0%})"] if noisy else []
-        why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
-        flags.append(Flag(check="timing_unreliable", detail="; ".join(why) + ": shown, not ranked"))
+    if unreliable is not None:
+        flags.append(Flag(check="timing_unreliable", detail=unreliable + ": shown, not ranked"))
     trivial = degenerate_at(obs, tol)
     if trivial:
         flags.append(Flag(check="degenerate_tolerance", detail=f"{', '.join(trivial)} would pass at {tol} too: "

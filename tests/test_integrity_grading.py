@@ -181,3 +181,12 @@ def test_a_passing_result_whose_tolerance_passes_zeros_too_is_unranked_and_regra
     from harness.verdicts import UNRANKED_CHECKS
 
     assert "degenerate_tolerance" in UNRANKED_CHECKS
+
+
+def test_a_speedup_from_windows_too_noisy_to_rank_is_marked_unreliable_not_held_for_review():
+    noisy = _passing(candidate_timing=_window_timing(0.2, spread=0.3), compile_timing=_window_timing(2.6),
+                     eager_timing=_window_timing(3.0))
+    assert _checks(noisy) == (Verdict.passed, ["timing_unreliable"])
+    steady = _passing(candidate_timing=_window_timing(0.2), compile_timing=_window_timing(2.6),
+                      eager_timing=_window_timing(3.0))
+    assert _checks(steady) == (Verdict.flagged, ["review_speedup"])

@@ -323,12 +323,12 @@ class _Evaluation:
         """Rounds of timed windows on the parent's clock, each round on the same fresh seeds: the candidate's (then,
         if the parent so draws, a hand-over of outputs it picks, judged by the trusted side), eager's, torch.compile's
         and the empty window's, in an order drawn for each round so that no kind always follows the same one. One
-        untimed round first warms every kind up."""
+        untimed rounds first warm every kind up; the windows are sized again on the second."""
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
-        calls = windows.calls_per_window(prepared["call_ms"], prepared["output_bytes"] + prepared["input_bytes"],
-                                         device, window_ms, prepared["window_cost_ms"])
+        io_bytes = prepared["output_bytes"] + prepared["input_bytes"]
+        calls = windows.calls_per_window(prepared["call_ms"], io_bytes, device, window_ms, prepared["window_cost_ms"])
         rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
                                           else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline
@@ -339,7 +339,13 @@ class _Evaluation:
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
         draw = secrets.SystemRandom()
-        for r in range(-1, rounds):  # round -1 warms up: lazy initialisation, autotuning, torch.compile's compile
+        for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
+            if r == 0:  # sized again on the last warm eager window: the prepare phase's calls ran cold
+                warm = walls["eager"].pop()
+                calls = windows.resize(calls, warm, window_ms, windows.most_calls(io_bytes, device))
+                window_limit = self._limit(_WINDOW_FLOOR_S, calls)
+                for kind in kinds:
+                    walls[kind].clear()
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             for kind in draw.sample(kinds, len(kinds)):
@@ -355,8 +361,7 @@ class _Evaluation:
                     if ms is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
                         continue
-                if r >= 0:
-                    walls[kind].append(ms)
+                walls[kind].append(ms)
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
         self.obs.timed_outputs = check
         empty = windows.WindowSeries(calls, walls["empty"])

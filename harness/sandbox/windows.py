@@ -35,8 +35,19 @@ def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, windo
     window's own cost per call (inputs, flush), so the IPC round trip (0.1-0.3 ms) is under 1% of a 30 ms window;
     no more than the inputs and outputs a window holds (`io_bytes` a call) fit in memory; at least one."""
     want = math.ceil(window_ms / max(reference_call_ms + window_cost_ms, 1e-3))
-    fits = HELD_BYTES[device] // max(io_bytes, 1)
-    return max(1, min(want, fits, MAX_CALLS_PER_WINDOW))
+    return max(1, min(want, most_calls(io_bytes, device)))
+
+
+def most_calls(io_bytes: int, device: str) -> int:
+    """The most calls a window may hold: their inputs and outputs within HELD_BYTES, at most MAX_CALLS_PER_WINDOW."""
+    return max(1, min(HELD_BYTES[device] // max(io_bytes, 1), MAX_CALLS_PER_WINDOW))
+
+
+def resize(calls: int, warm_window_ms: float, window_ms: float, most: int) -> int:
+    """The calls a window should hold, from a warm window of `calls` calls that lasted `warm_window_ms`: about
+    `window_ms` in all, at least one, at most `most` (what memory allows)."""
+    per_call = max(warm_window_ms, 1e-3) / calls
+    return max(1, min(math.ceil(window_ms / per_call), most, MAX_CALLS_PER_WINDOW))
 
 
 def check_chance(rounds: int, output_bytes: int) -> float:

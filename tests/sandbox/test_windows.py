@@ -51,3 +51,16 @@ def test_every_window_is_checked_where_the_hand_overs_fit_and_at_least_three_on_
     assert big * 15 == pytest.approx(windows.MIN_CHECKED_WINDOWS) or big * 15 >= windows.MIN_CHECKED_WINDOWS
     assert big < 1.0
     assert windows.check_chance(2, 8 << 30) == 1.0  # fewer windows than the minimum: all of them
+
+
+def test_a_window_is_sized_again_on_a_warm_window():
+    # The prepare phase's calls ran cold (4 calls planned for 60 ms); warm, the 4 calls took 3 ms.
+    assert windows.resize(4, 3.0, 60.0, 1000) == 80
+    assert windows.resize(4, 3.0, 60.0, 50) == 50  # no more than memory allows
+    assert windows.resize(4, 600.0, 60.0, 1000) == 1  # a slow call: one per window
+
+
+def test_the_most_calls_a_window_holds_is_what_memory_allows():
+    assert windows.most_calls(4096, "cuda") == windows.MAX_CALLS_PER_WINDOW
+    assert windows.most_calls(537 << 20, "cuda") == 7
+    assert windows.most_calls(8 << 30, "cuda") == 1

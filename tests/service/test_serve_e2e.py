@@ -46,7 +46,12 @@ def test_serve_evaluates_a_submission_end_to_end_on_the_cpu(svc_settings, tmp_pa
         assert res["provenance"]["device"] == "cpu" and res["timings"]["candidate"]["clock"] == "parent_window"
 
         board = get_json(f"{base}/api/leaderboard?problem=level2/75")
-        assert board["gpu"]["rows"] == [] and board["cpu"]["rows"][0]["submitter"] == "e2e"
+        assert board["gpu"]["rows"] == []
+        # Ranked on the CPU board, unless this host was too busy for timing (passed, shown, not ranked).
+        if "timing_unreliable" in [f["check"] for f in res["flags"]]:
+            assert board["cpu"]["rows"] == []
+        else:
+            assert board["cpu"]["rows"][0]["submitter"] == "e2e"
         health = get_json(f"{base}/healthz")
         assert health["status"] == "ok" and health["workers"][0]["slots"][0].startswith("cpu")
         db = Database(svc_settings, migrate_now=False)
