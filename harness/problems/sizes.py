@@ -177,6 +177,15 @@ class SizeSpace:
         pool = batches or open_slots
         return max(pool, key=lambda s: current[s.key]).key
 
+    def halved(self, choice: dict[str, int], key: str, frozen: set[str], together: bool) -> dict[str, int]:
+        """`choice` with `key` halved; `together`: with every other open size of the same value halved too.
+        Sizes that must stay equal (a square image's height and width, a batch broadcast against a row
+        of the same length) fail one at a time and pass together."""
+        current = {s.key: choice.get(s.key, s.value) for s in self.slots}
+        keys = [key] + ([s.key for s in self.slots if s.key != key and s.key not in frozen
+                         and current[s.key] == current[key] and current[s.key] // 2 >= s.floor] if together else [])
+        return {**choice, **{k: current[k] // 2 for k in keys}}
+
 
 def describe(overrides: dict[str, Any]) -> str:
     """`batch_size=16 dim=1024`, or `default` when nothing is overridden."""

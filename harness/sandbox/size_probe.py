@@ -203,15 +203,22 @@ def search(space: SizeSpace, price: Callable[[dict[str, Any]], Estimate], budget
         key = space.next_halving(found.choice, frozen)
         if key is None:
             break
-        halved = found.choice.get(key, next(s.value for s in space.slots if s.key == key)) // 2
-        trial = {**found.choice, key: halved}
-        trial_est = price(space.overrides(trial))
-        found.step(f"{key}={halved}", trial_est)
-        if trial_est.ok:
-            found.accepted.append(found.choice)
-            found.choice, found.estimate = trial, trial_est
-            est = trial_est
+        alone = space.halved(found.choice, key, frozen, together=False)
+        for together in (False, True):
+            trial = space.halved(found.choice, key, frozen, together)
+            if together and trial == alone:
+                break  # no other size has the same value: nothing new to try
+            trial_est = price(space.overrides(trial))
+            found.step(" ".join(f"{k}={v}" for k, v in trial.items() if found.choice.get(k) != v), trial_est)
+            if trial_est.ok:
+                found.accepted.append(found.choice)
+                found.choice, found.estimate = trial, trial_est
+                est = trial_est
+                break
         else:
+            frozen.add(key)
+            continue
+        if not trial_est.ok:
             frozen.add(key)
     return found
 
@@ -226,6 +233,10 @@ def size_problem(path: Path, device_name: str, budget_s: float, time_limit_s: fl
     assert est is not None
     if not est.ok:
         return {"ok": False, "error": f"the problem does not build at its own sizes: {est.error}",
+                "steps": found.steps}
+    if est.cost_s > _REAL_RUN_GUARD * budget_s:  # never run for real what may not fit in memory or time
+        return {"ok": False, "error": f"no size found within the budget: the smallest that builds "
+                f"({describe(space.overrides(found.choice))}) is priced at {est.cost_s:.3g} s a call",
                 "steps": found.steps}
     real = est if est.method == "measured" else prober.price(space.overrides(found.choice), "measured")
     for previous in reversed(found.accepted[-_FALLBACKS:]):  # a size the meta device accepted, a real run not
