@@ -44,6 +44,7 @@ def selfcheck_command(
                                   "each problem, so a long run can be followed and survives being stopped."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in --json and check only the "
                                 "problems it lacks."),
+    markdown: Path = typer.Option(None, "--markdown", dir_okay=False, help="Also write the table as Markdown."),
     sizes: str = typer.Option("auto", "--sizes", help="auto: reduced on the CPU, as in the file on CUDA; "
                               "reduced; default (as in the file)."),
     budget_ms: float = typer.Option(20.0, "--budget-ms", min=0.01, help="Reduce each problem until one "
@@ -106,4 +107,6 @@ def selfcheck_command(
     if json_out is not None:
         sc.write_report(report, json_out)
         typer.echo(f"report written to {json_out}", err=True)
+    if markdown is not None:
+        markdown.write_text(sc.markdown_table(report.rows))
     raise typer.Exit(0 if report.passed() == len(report.rows) else 1)

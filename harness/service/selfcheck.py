@@ -192,6 +192,18 @@ def write_report(report: SelfcheckReport, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def markdown_table(rows: list[SelfcheckRow]) -> str:
+    """The rows as a Markdown table (docs/kernelbench.md is made of it)."""
+    lines = ["| problem | size used | verdict | A/A vs eager | forward ms | time s |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        speedup = "-" if r.speedup_vs_eager is None else f"{r.speedup_vs_eager:.2f}x"
+        forward = "-" if r.forward_s is None else f"{r.forward_s * 1e3:.1f}"
+        lines.append(f"| {r.problem} `{r.name}` | `{r.size}` | {r.verdict} | {speedup} | {forward} | "
+                     f"{r.sizing_s + r.eval_s:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def load_rows(path: Path) -> list[SelfcheckRow]:
     """Rows of an earlier report (to resume a run); none if the file does not exist."""
     if not path.exists():

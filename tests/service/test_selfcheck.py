@@ -85,8 +85,10 @@ def test_a_stochastic_reference_fails_its_own_check_and_its_deterministic_twin_p
     (folder / "1_Gemm_Dropout.py").write_text(DROPOUT.format(p=0.5))
     (folder / "2_Gemm_NoDropout.py").write_text(DROPOUT.format(p=0.0))
     json_path = tmp_path / "aa.json"
+    md_path = tmp_path / "aa.md"
     r = CliRunner().invoke(app, ["selfcheck", "--problems-dir", str(tmp_path), "--json", str(json_path),
-                                 "--budget-ms", "2"], env={"HARNESS_DATA_DIR": str(tmp_path / "data")})
+                                 "--markdown", str(md_path), "--budget-ms", "2"],
+                           env={"HARNESS_DATA_DIR": str(tmp_path / "data")})
     rows = {row["problem"]: row for row in json.loads(json_path.read_text())["rows"]}
     assert r.exit_code == 1, r.output
     assert rows["level2/1"]["verdict"] in ("wrong_answer", "nondeterministic")
@@ -94,6 +96,8 @@ def test_a_stochastic_reference_fails_its_own_check_and_its_deterministic_twin_p
     assert rows["level2/2"]["overrides"]["batch_size"] < 4096  # reduced, and the size used is recorded
     assert rows["level2/2"]["size"] == describe(rows["level2/2"]["overrides"])
     assert "level2/2" in r.output and "1/2 passed" in r.output
+    size = rows["level2/2"]["size"]
+    assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed |" in md_path.read_text()
 
 
 @pytest.mark.slow
