@@ -36,6 +36,9 @@ _REAL_RUN_GUARD = 10.0
 _MEASURED_SLACK = 4.0
 # Operations traced on the meta device before a forward pass is priced by running it instead.
 _MAX_META_OPS = 2000
+# The longest forward pass run for real when no size fits the budget (a VGG fixes its image size at 224
+# in get_inputs: batch 1 is as small as it gets).
+_MAX_CALL_S = 2.0
 # Larger sizes tried, newest first, when the chosen one fails for real but passed on the meta device.
 _FALLBACKS = 3
 
@@ -176,7 +179,14 @@ class Prober:
         module = self._module(overrides)
         torch.manual_seed(0)
         with torch.device("meta"):
-            held = _held_bytes(module.Model(*module.get_init_inputs()), list(module.get_inputs()))
+            inputs = list(module.get_inputs())
+            try:
+                model = module.Model(*module.get_init_inputs())
+            except Exception:  # a constructor that reads values (`.item()` on a linspace): its parameters are real
+                model = None
+        if model is None:
+            model = module.Model(*module.get_init_inputs())
+        held = _held_bytes(model, inputs)
         bound = held / self.rates.bytes_per_s
         if bound > _REAL_RUN_GUARD * self.budget_s:
             return Estimate(True, bound, bytes=float(held), method="input-bound")
@@ -189,6 +199,22 @@ class Prober:
             return pricing(overrides)
         except Exception as e:  # an invalid size (or a problem that does not run): the search steps back
             return Estimate(False, error=f"{type(e).__name__}: {str(e)[:300]}")
+
+
+def _memory_available() -> int:
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["MemAvailable"].split()[0]) * 1024
+
+
+def _too_big_to_run(est: Estimate) -> str:
+    """Why a priced size must not be run for real ("" when it may): more than a quarter of the memory
+    available now, or more than `_MAX_CALL_S` a call (an evaluation makes dozens of calls)."""
+    if est.bytes > _memory_available() / 4:
+        return f"writes {est.bytes / 2**30:.1f} GiB a call, over a quarter of the memory available"
+    if est.cost_s > _MAX_CALL_S:
+        return f"is priced at {est.cost_s:.3g} s a call, over {_MAX_CALL_S:g} s"
+    return ""
 
 
 def search(space: SizeSpace, price: Callable[[dict[str, Any]], Estimate], budget_s: float,
@@ -234,10 +260,10 @@ def size_problem(path: Path, device_name: str, budget_s: float, time_limit_s: fl
     if not est.ok:
         return {"ok": False, "error": f"the problem does not build at its own sizes: {est.error}",
                 "steps": found.steps}
-    if est.cost_s > _REAL_RUN_GUARD * budget_s:  # never run for real what may not fit in memory or time
+    too_big = _too_big_to_run(est)
+    if too_big:  # the smallest size that builds is still over budget, and too large to run for real
         return {"ok": False, "error": f"no size found within the budget: the smallest that builds "
-                f"({describe(space.overrides(found.choice))}) is priced at {est.cost_s:.3g} s a call",
-                "steps": found.steps}
+                f"({describe(space.overrides(found.choice))}) {too_big}", "steps": found.steps}
     real = est if est.method == "measured" else prober.price(space.overrides(found.choice), "measured")
     for previous in reversed(found.accepted[-_FALLBACKS:]):  # a size the meta device accepted, a real run not
         if real.ok:

@@ -88,3 +88,44 @@ def test_a_forward_of_many_small_operations_is_priced_by_running_it(tmp_path: Pa
                                  "        return x").format(batch=16, dim=64))
     sized = size_problem(path, "cpu", budget_s=1.0, time_limit_s=60)
     assert sized["ok"] and sized["steps"][0]["method"] == "measured"
+
+
+FIXED_IMAGE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rate = torch.linspace(0, 1, 4)[1].item()  # a value read at construction: no meta device here
+
+    def forward(self, x):
+        return torch.relu(x) * self.rate
+
+batch_size = {batch}
+
+def get_inputs():
+    return [torch.randn(batch_size, {row})]  # the row length is fixed here, not a module constant
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_constructor_the_meta_device_cannot_run_is_built_for_real_and_the_size_measured(tmp_path: Path):
+    path = tmp_path / "1_Fixed.py"
+    path.write_text(FIXED_IMAGE.format(batch=64, row=4096))
+    sized = size_problem(path, "cpu", budget_s=1e-7, time_limit_s=60)
+    assert sized["ok"], sized
+    assert sized["priced_on"] == "input-bound" and sized["overrides"] == {"batch_size": 1}
+    assert sized["forward_s"] > 1e-7  # over budget, but batch 1 is as small as this problem gets: it runs
+
+
+def test_a_problem_too_large_to_run_even_at_its_smallest_is_refused_not_run(tmp_path: Path):
+    """1 << 38 floats (1 TiB) per row: the meta device prices it, nothing is allocated."""
+    path = tmp_path / "1_Huge.py"
+    path.write_text(FIXED_IMAGE.format(batch=4, row=1 << 38).replace(
+        "torch.linspace(0, 1, 4)[1].item()", "0.5"))
+    sized = size_problem(path, "cpu", budget_s=0.01, time_limit_s=60)
+    assert not sized["ok"] and "over a quarter of the memory available" in sized["error"]
+    assert "batch_size=1" in sized["error"]
