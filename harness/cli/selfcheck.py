@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import socket
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -88,12 +89,14 @@ def selfcheck_command(
                                 forward_budget_s=options.forward_budget_s if options.reduce is not False else None)
     console = Console(stderr=True)
     order = {s.id: i for i, s in enumerate(specs)}
+    t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task("A/A", total=len(specs), completed=len(done))
 
         def on_row(row: sc.SelfcheckRow) -> None:
             report.rows.append(row)
+            report.wall_s = time.monotonic() - t0
             report.rows.sort(key=lambda r: order[r.problem])
             if json_out is not None:
                 sc.write_report(report, json_out)

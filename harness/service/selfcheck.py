@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ class SelfcheckReport(BaseModel):
     device: str
     forward_budget_s: float | None
     jobs: int
+    started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    wall_s: float = 0.0  # from the start of this invocation to its latest row (a resumed run starts again)
     rows: list[SelfcheckRow] = Field(default_factory=list)
 
     def passed(self) -> int:
