@@ -259,7 +259,9 @@ def size_problem(path: Path, device_name: str, budget_s: float, time_limit_s: fl
     est = found.estimate
     assert est is not None
     if not est.ok:
-        return {"ok": False, "error": f"the problem does not build at its own sizes: {est.error}",
+        missing = est.error.startswith("ModuleNotFoundError")
+        hint = "; the problem file imports a module this environment lacks: install it" if missing else ""
+        return {"ok": False, "error": f"the problem does not build at its own sizes: {est.error}{hint}",
                 "steps": found.steps}
     too_big = _too_big_to_run(est)
     if too_big:  # the smallest size that builds is still over budget, and too large to run for real

@@ -59,6 +59,7 @@ class SelfcheckRow(BaseModel):
     size: str  # "default", or the overridden constants: "batch_size=16 dim=1024"
     overrides: dict[str, Any] = Field(default_factory=dict)
     verdict: str  # an evaluation verdict, or "unsized"
+    flags: list[str] = Field(default_factory=list)  # the checks a `flagged` verdict names
     message: str = ""
     speedup_vs_eager: float | None = None
     forward_s: float | None = None  # one forward pass at this size, measured while sizing
@@ -151,7 +152,8 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
     return SelfcheckRow(
         problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, verdict=result.verdict.value,
-        message=result.message, speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
+        flags=[f.check for f in result.flags], message=result.message,
+        speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
         sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,
         torch_version=result.provenance.torch_version if result.provenance else None,
     )
@@ -202,7 +204,8 @@ def markdown_table(rows: list[SelfcheckRow]) -> str:
     for r in rows:
         speedup = "-" if r.speedup_vs_eager is None else f"{r.speedup_vs_eager:.2f}x"
         forward = "-" if r.forward_s is None else f"{r.forward_s * 1e3:.1f}"
-        lines.append(f"| {r.problem} `{r.name}` | `{r.size}` | {r.verdict} | {speedup} | {forward} | "
+        verdict = f"{r.verdict} ({', '.join(r.flags)})" if r.flags else r.verdict
+        lines.append(f"| {r.problem} `{r.name}` | `{r.size}` | {verdict} | {speedup} | {forward} | "
                      f"{r.sizing_s + r.eval_s:.0f} |")
     return "\n".join(lines) + "\n"
 

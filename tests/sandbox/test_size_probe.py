@@ -129,3 +129,11 @@ def test_a_problem_too_large_to_run_even_at_its_smallest_is_refused_not_run(tmp_
     sized = size_problem(path, "cpu", budget_s=0.01, time_limit_s=60)
     assert not sized["ok"] and "over a quarter of the memory available" in sized["error"]
     assert "batch_size=1" in sized["error"]
+
+
+def test_a_problem_importing_a_missing_module_says_to_install_it(tmp_path: Path):
+    path = tmp_path / "48_Mamba.py"
+    path.write_text("import no_such_module_here\n" + RELU.format(batch=4, dim=8))
+    sized = size_problem(path, "cpu", budget_s=0.01, time_limit_s=60)
+    assert not sized["ok"] and "No module named 'no_such_module_here'" in sized["error"]
+    assert sized["error"].endswith("imports a module this environment lacks: install it")
