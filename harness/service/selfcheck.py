@@ -146,7 +146,8 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     variants = {"default": SizeVariant(), "reduced": SizeVariant(overrides=overrides)}
     sized_spec = spec.model_copy(update={"sizes": variants})
     # One thread per job, as the probe measured: the A/A ratio then compares like with like.
-    opts = EvalOptions(device=options.device, size=size_name, seed=options.seed,
+    # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
+    opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
                        extra_env={"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else {})
     t1 = time.monotonic()
     result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
