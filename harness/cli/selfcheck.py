@@ -95,6 +95,7 @@ def selfcheck_command(
         task = progress.add_task("A/A", total=len(specs), completed=len(done))
 
         def on_row(row: sc.SelfcheckRow) -> None:
+            row.commit = report.commit
             report.rows.append(row)
             report.wall_s = time.monotonic() - t0
             report.rows.sort(key=lambda r: order[r.problem])

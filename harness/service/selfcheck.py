@@ -67,6 +67,7 @@ class SelfcheckRow(BaseModel):
     eval_s: float = 0.0
     job_dir: str | None = None
     torch_version: str | None = None
+    commit: str | None = None  # of the harness that made this row (a resumed report holds rows of several)
 
 
 class SelfcheckReport(BaseModel):

@@ -95,6 +95,7 @@ def test_a_stochastic_reference_fails_its_own_check_and_its_deterministic_twin_p
     assert rows["level2/2"]["verdict"] == "passed", rows["level2/2"]
     assert rows["level2/2"]["overrides"]["batch_size"] < 4096  # reduced, and the size used is recorded
     assert rows["level2/2"]["size"] == describe(rows["level2/2"]["overrides"])
+    assert rows["level2/2"]["commit"] == sc.current_commit()
     assert "level2/2" in r.output and "1/2 passed" in r.output
     size = rows["level2/2"]["size"]
     assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed |" in md_path.read_text()
