@@ -33,7 +33,7 @@ class Model(nn.Module):
         return self.dropout(self.linear(x))
 
 batch_size = 4096
-in_features = 64
+in_features = 4096
 out_features = 32
 p = {p}
 
