@@ -12,7 +12,8 @@ MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading"
            "harness.db.models", "harness.db.session", "harness.db.crud", "harness.db.queries", "harness.reporting",
            "harness.service.worker", "harness.service.devices", "harness.service.reeval", "harness.service.batch",
            "harness.service.runtime", "harness.cli.serve", "harness.cli.worker", "harness.cli.reeval",
-           "harness.cli.eval_dir", "harness.cli.tokens",
+           "harness.cli.eval_dir", "harness.cli.tokens", "harness.cli.selfcheck", "harness.service.selfcheck",
+           "harness.problems.sizes",
            "harness.api.routes.pages", "harness.api.pages", "harness.api.submission_page", "harness.api.charts",
            "harness.demo", "harness.cli.demo"]
 

@@ -11,6 +11,7 @@ from harness.cli import eval as eval_cmd
 from harness.cli import eval_dir as eval_dir_cmd
 from harness.cli import problems as problems_cmd
 from harness.cli import reeval as reeval_cmd
+from harness.cli import selfcheck as selfcheck_cmd
 from harness.cli import serve as serve_cmd
 from harness.cli import tokens as tokens_cmd
 from harness.cli import worker as worker_cmd
@@ -30,6 +31,7 @@ app.add_typer(tokens_cmd.app, name="tokens")
 app.add_typer(db_cmd.app, name="db")
 app.command("demo-seed")(demo_cmd.demo_seed_command)
 app.add_typer(bench_cmd.app, name="bench")
+app.command("selfcheck")(selfcheck_cmd.selfcheck_command)
 
 
 def main() -> None:

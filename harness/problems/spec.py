@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.problems.sizes import read_constants
 from harness.schema import Tolerance
 
 DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # KernelBench today, fp32
@@ -68,13 +69,9 @@ class ProblemSpec(BaseModel):
 
 
 def module_constants(source: str) -> dict[str, str]:
-    """Module-level `NAME = expr` assignments as source text, read without importing."""
-    tree = ast.parse(source)
-    found: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = ast.get_source_segment(source, node.value) or "?"
-    return found
+    """Module-level constants as source text, read without importing (`height = width = 256` and
+    `depth, height, width = 16, 32, 32` included: KernelBench writes sizes both ways)."""
+    return {c.name: c.text or "?" for c in read_constants(source)}
 
 
 # Calls that draw random numbers; a layer that does so in forward (dropout) is named by its class.

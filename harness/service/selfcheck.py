@@ -1,0 +1,219 @@
+"""The A/A check: every problem's reference, resubmitted as its own `ModelNew`, must pass its own evaluation.
+
+A problem that fails it cannot be solved by anybody: its reference is stochastic, or its sizes do not
+build, or the harness mishandles something in it. On a CPU the check runs at reduced sizes, chosen per
+problem by `harness.sandbox.size_probe` from the file's own size constants within a time budget, and
+every row records the sizes it ran at.
+
+No torch here: sizes are chosen in a child process, evaluations go through `runner.evaluate`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness.config import Settings
+from harness.problems.spec import ProblemSpec, SizeVariant
+from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
+from harness.sandbox.runner import EvalOptions, evaluate
+
+SCHEMA_VERSION = 1
+UNSIZED = "unsized"  # no size could be found to run the problem at: no evaluation ran
+
+# A fixed sample across the three levels for CI: elementwise, reductions, matmuls, convolutions, norms,
+# attention, recurrent and whole networks, each cheap at reduced size (docs/kernelbench.md has them all).
+CI_SAMPLE = (
+    "level1/1", "level1/19", "level1/23", "level1/40", "level1/41", "level1/47", "level1/54", "level1/89",
+    "level1/95", "level1/97",
+    "level2/1", "level2/19", "level2/30", "level2/37", "level2/40",
+    "level3/1", "level3/4", "level3/8", "level3/31", "level3/43",
+)
+
+
+@dataclass
+class SelfcheckOptions:
+    device: str = "cpu"  # cpu | cuda
+    reduce: bool | None = None  # reduce sizes to the budget; None: on the CPU only
+    forward_budget_s: float = 0.02  # the estimated time of one forward pass to shrink a problem to
+    sizing_time_limit_s: float = 180.0
+    jobs: int = 1
+    seed: int | None = None
+
+
+class SelfcheckRow(BaseModel):
+    problem: str
+    name: str
+    size: str  # "default", or the overridden constants: "batch_size=16 dim=1024"
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    verdict: str  # an evaluation verdict, or "unsized"
+    flags: list[str] = Field(default_factory=list)  # the checks a `flagged` verdict names
+    message: str = ""
+    speedup_vs_eager: float | None = None
+    forward_s: float | None = None  # one forward pass at this size, measured while sizing
+    sizing_s: float = 0.0
+    eval_s: float = 0.0
+    job_dir: str | None = None
+    torch_version: str | None = None
+    commit: str | None = None  # of the harness that made this row (a resumed report holds rows of several)
+
+
+class SelfcheckReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    command: str
+    commit: str | None
+    host: str
+    device: str
+    forward_budget_s: float | None
+    jobs: int
+    started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    wall_s: float = 0.0  # from the start of this invocation to its latest row (a resumed run starts again)
+    rows: list[SelfcheckRow] = Field(default_factory=list)
+
+    def passed(self) -> int:
+        return sum(r.verdict == "passed" for r in self.rows)
+
+
+def aa_submission(source: str, overrides: dict[str, Any]) -> str:
+    """The reference as a submission: the file unchanged, then the sizes it runs at (a reference that reads
+    a module constant in `Model` sees the same values the problem's inputs were made with), then `ModelNew`
+    as a subclass that adds nothing (a rename would break `super(Model, self)` calls)."""
+    sized = "".join(f"{name} = {value!r}\n" for name, value in overrides.items())
+    header = "\n\n# A/A self-check: the sizes this evaluation runs at\n" if sized else "\n\n"
+    return f"{source.rstrip()}{header}{sized}\n\nclass ModelNew(Model):\n    pass\n"
+
+
+def select(specs: Iterable[ProblemSpec], sample: list[str] | None) -> list[ProblemSpec]:
+    """The problems to check: all of them, or those whose id is named or starts with a named prefix
+    (`level3/4` names one; `level3/` a level). A name that matches nothing is an error."""
+    specs = [s for s in specs if not s.builtin]
+    if not sample:
+        return specs
+    chosen: list[ProblemSpec] = []
+    for name in sample:
+        hits = [s for s in specs if s.id == name or (name.endswith("/") and s.id.startswith(name))]
+        if not hits:
+            raise KeyError(f"--sample names {name!r}, which is no problem of this folder (ids look like level1/19)")
+        chosen.extend(h for h in hits if h not in chosen)
+    return chosen
+
+
+def choose_size(spec: ProblemSpec, options: SelfcheckOptions, threads: int) -> dict[str, Any]:
+    """Run the size probe for one problem; its `sized` fields, or {"ok": False, "error": ...}."""
+    with tempfile.TemporaryDirectory(prefix="harness-size-") as tmp:
+        home = Path(tmp)
+        child = ChildProcess("harness.sandbox.size_probe", [], cwd=home, env=scrubbed_env({}, home),
+                             log_path=home / "probe.log", kill_grace_s=2.0)
+        try:
+            child.send({"path": str(spec.source_path.resolve()), "device": options.device,
+                        "budget_s": options.forward_budget_s, "time_limit_s": options.sizing_time_limit_s,
+                        "threads": threads})
+            msg = child.next_message(time.monotonic() + options.sizing_time_limit_s + 60)
+            if msg.event == "sized":
+                return msg.fields
+            return {"ok": False, "error": f"the size probe failed: {msg.fields.get('error')}"}
+        except Deadline:
+            return {"ok": False, "error": f"the size probe found no size in {options.sizing_time_limit_s:g} s"}
+        except ChildExited:
+            return {"ok": False, "error": f"the size probe exited: {child.log_tail(600).strip()[-600:]}"}
+        finally:
+            child.reap()
+
+
+def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int) -> SelfcheckRow:
+    t0 = time.monotonic()
+    reduce = options.device == "cpu" if options.reduce is None else options.reduce
+    sized: dict[str, Any] = {"ok": True, "overrides": {}, "size": "default", "forward_s": None}
+    if reduce:
+        sized = choose_size(spec, options, threads)
+    sizing_s = time.monotonic() - t0
+    if not sized.get("ok"):
+        return SelfcheckRow(problem=spec.id, name=spec.name, size="-", verdict=UNSIZED,
+                            message=str(sized.get("error", ""))[:500], sizing_s=sizing_s)
+    overrides: dict[str, Any] = sized["overrides"]
+    size_name = "reduced" if overrides else "default"
+    variants = {"default": SizeVariant(), "reduced": SizeVariant(overrides=overrides)}
+    sized_spec = spec.model_copy(update={"sizes": variants})
+    # One thread per job, as the probe measured: the A/A ratio then compares like with like.
+    # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
+    opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
+                       extra_env={"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else {})
+    t1 = time.monotonic()
+    result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
+    return SelfcheckRow(
+        problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, verdict=result.verdict.value,
+        flags=[f.check for f in result.flags], message=result.message,
+        speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
+        sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,
+        torch_version=result.provenance.torch_version if result.provenance else None,
+    )
+
+
+def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings: Settings,
+                  on_row: Callable[[SelfcheckRow], None] | None = None) -> list[SelfcheckRow]:
+    """Check `specs`, `options.jobs` at a time; `on_row` hears of each row as it is done (in any order).
+    The rows come back in the order of `specs`."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+    lock = threading.Lock()
+
+    def one(spec: ProblemSpec) -> SelfcheckRow:
+        row = check_problem(spec, options, settings, threads)
+        if on_row is not None:
+            with lock:
+                on_row(row)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        return list(pool.map(one, specs))
+
+
+def current_commit() -> str | None:
+    """The checkout's commit, `+dirty` when it has uncommitted changes; None outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def write_report(report: SelfcheckReport, path: Path) -> None:
+    """Atomically: a run killed mid-write leaves the previous complete report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(report.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def markdown_table(rows: list[SelfcheckRow]) -> str:
+    """The rows as a Markdown table (docs/kernelbench.md is made of it)."""
+    lines = ["| problem | size used | verdict | A/A vs eager | forward ms | time s |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        speedup = "-" if r.speedup_vs_eager is None else f"{r.speedup_vs_eager:.2f}x"
+        forward = "-" if r.forward_s is None else f"{r.forward_s * 1e3:.1f}"
+        verdict = f"{r.verdict} ({', '.join(r.flags)})" if r.flags else r.verdict
+        lines.append(f"| {r.problem} `{r.name}` | `{r.size}` | {verdict} | {speedup} | {forward} | "
+                     f"{r.sizing_s + r.eval_s:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_rows(path: Path) -> list[SelfcheckRow]:
+    """Rows of an earlier report (to resume a run); none if the file does not exist."""
+    if not path.exists():
+        return []
+    return [SelfcheckRow.model_validate(r) for r in json.loads(path.read_text()).get("rows", [])]
