@@ -136,8 +136,8 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
             provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
         except Exception as e:  # the harness's own failure (disk full, a bug): a verdict, never a lost job
             obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
-    if size == "auto":
-        size = "default"
+    if size == "auto":  # nothing ran (an invalid submission): no size was used
+        size = "n/a"
 
     g = grading.grade(obs, tolerance)
     if provenance is not None:

@@ -264,6 +264,8 @@ def test_raw_reply_is_extracted_and_evaluated(run_fixture):
 def test_truncated_seed_reply_gets_invalid_submission_without_starting_a_process(run_fixture):
     r = run_fixture("level2/75", "../seeds/000_c9a2099a227291ba.txt")
     assert r.verdict == Verdict.invalid_submission and r.provenance is None
+    # Nothing ran, so no size was chosen: the result says so rather than naming the default.
+    assert run_fixture("level2/75", "../seeds/000_c9a2099a227291ba.txt", size="auto").problem.size == "n/a"
 
 
 def test_stricter_tolerance_at_eval_time_is_recorded(run_fixture):
