@@ -99,7 +99,8 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
     assert rows["level2/2"]["commit"] == sc.current_commit()
     assert "level2/2" in r.output and "2/2 passed" in r.output
     size = rows["level2/2"]["size"]
-    assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed |" in md_path.read_text()
+    # "passed", or "passed (timing_unreliable)" where this host was too busy for its windows.
+    assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed" in md_path.read_text()
 
 
 @pytest.mark.slow
