@@ -246,9 +246,12 @@ class Trusted:
             for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
                 if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
                     continue
-                trivial = [("zeros", torch.zeros_like(e)), ("constant", torch.full_like(e, float(e.mean())))]
-                # Each row's mean stands for the output only where rows vary: an output constant along its rows
-                # (a last dimension of 1, a broadcast) is its own row mean, and computing it is the work.
+                trivial = [("zeros", torch.zeros_like(e))]
+                # The output's mean, and each row's, stand for the output only where it varies: a single number (a
+                # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
+                # own row mean, and computing that is the work.
+                if bool(e.amax() != e.amin()):
+                    trivial.append(("constant", torch.full_like(e, float(e.mean()))))
                 if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
                     trivial.append(("row mean", e.mean(dim=-1, keepdim=True).expand_as(e).contiguous()))
                 for kind, t in trivial:

@@ -81,3 +81,12 @@ def test_an_output_constant_along_its_rows_is_not_degenerate_at_the_strict_toler
     r = run_fixture("level2/75", "l75_pytorch_correct.py", timing=False)
     assert r.verdict == Verdict.passed and "degenerate_tolerance" not in [f.check for f in r.flags]
     assert {t.kind for t in r.observations.trivial_outputs} == {"zeros", "constant"}
+
+
+def test_a_single_number_output_is_not_degenerate_for_being_its_own_mean(settings):
+    """KernelBench's losses (level1/94 to 100) output one number: its mean is itself, so it proves nothing."""
+    spec = get_registry(Path(__file__).parents[1] / "fixtures" / "problems").get("level1/94")
+    text = spec.source().replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, text, EvalOptions(device="cpu", timing=False), settings)
+    assert r.verdict == Verdict.passed and r.flags == [], r.message
+    assert [t.kind for t in r.observations.trivial_outputs] == ["zeros"]
