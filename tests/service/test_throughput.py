@@ -94,7 +94,8 @@ def test_bench_throughput_on_cpu_evaluates_every_variant_in_both_modes(svc_setti
         assert 0 < m.slot_s <= m.wall_s * (1 + 1e-6)  # one slot: its evaluations never overlap
         assert m.compile_s > 0 and m.children_cpu_s > 0
         # The evaluations' phases add up to the device stage (each evaluation's phases to its wall time).
-        assert m.phases_s["candidate_import"] > 0 and m.phases_s["timed_windows"] > 0
+        # (The parent waits for the candidate's import after the trusted side's preparation: often not at all.)
+        assert m.phases_s["candidate_import"] >= 0 and m.phases_s["timed_windows"] > 0
         assert sum(m.phases_s.values()) == pytest.approx(m.slot_s, rel=0.1, abs=1.0)
         assert f"{m.mode}: evaluation phases, s summed over {count}" in p.stdout
         # Each mode has a cache of its own, and in each every variant was built exactly once: in serial mode by its
