@@ -91,7 +91,7 @@ class Candidate:
     def await_imported(self, limit_s: float) -> Message:
         """The first message, 'imported', within the compile limit counted from the process's start."""
         self.exit.deadline_s = limit_s
-        msg = self._next(self.proc.started_at + limit_s, "the end of the import")
+        msg = self._next(self.proc.started_at + limit_s)
         if msg.event != "imported":
             self._violation(f"{msg.event!r} where 'imported' was due")
         self._note_flags(msg.fields)
@@ -109,7 +109,7 @@ class Candidate:
             self.channel_closed = True
             raise CandidateStopped from None
         want = REPLIES[command.cmd]
-        msg = self._next(self.sent_at + limit_s, f"the reply to {command.cmd!r}")
+        msg = self._next(self.sent_at + limit_s)
         if msg.event == "invalid" and command.cmd == "construct" and msg.fields.get("nonce") == command.nonce:
             self.obs.static_error = str(msg.fields.get("message", "ModelNew cannot be constructed"))
             self.exit.finished = True
@@ -158,7 +158,8 @@ class Candidate:
     def record_trace(self, fields: dict[str, Any]) -> None:
         self.obs.kernels = KernelTrace(names=fields.get("names"), error=fields.get("error"))
 
-    def _next(self, deadline: float, awaited: str) -> Message:
+    def _next(self, deadline: float) -> Message:
+        """The next message before `deadline`; an 'error' (the submission raised) ends the conversation."""
         try:
             msg = self.proc.next_message(deadline)
         except Deadline:

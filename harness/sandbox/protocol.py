@@ -67,7 +67,7 @@ class JudgeCommand(BaseModel):
 
 class ReferenceWindowCommand(BaseModel):
     """Run one window of the reference (eager or torch.compile), or of a call that does nothing (empty): the
-    fixed cost of a window, subtracted from every kind's. `warm` windows are not timed."""
+    fixed cost of a window, subtracted from every kind's. The parent's clock around the command times it."""
 
     cmd: Literal["window"] = "window"
     kind: Literal["eager", "compile", "empty"]
@@ -125,7 +125,7 @@ class RunTrials(CandidateCommand):
 
 class Window(CandidateCommand):
     """Make each call's inputs from its seed, flush the L2, call, wait for the device; keep the outputs until the
-    next window. `warm` windows warm up (their outputs are never asked for)."""
+    next window. The parent's clock around the command times it (warm-up windows are not counted)."""
 
     cmd: Literal["window"] = "window"
     seeds: list[int]
