@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Produce reference_solutions/RESULTS.md on a GPU host (the lent H100: torch preinstalled, no network).
+# Produce reference_solutions/RESULTS.md on a GPU host (an H100 with torch preinstalled, no network).
 #   benchmarks/run_reference_solutions.sh bench   [problems...]  -> $OUT/bench.json    (one process: eager,
 #                                                                  compile, max-autotune, addmm floor, solution,
 #                                                                  profiler kernel times)
 #   benchmarks/run_reference_solutions.sh harness [problems...]  -> $OUT/harness-<ids>.json (5 evaluations each
 #                                                                  through the harness: verdicts, speedup spread)
 #   python benchmarks/render_results.py bench.json harness-*.json [--probe probe.txt] > reference_solutions/RESULTS.md
-# The two GPU stages are separate calls because each fits the device tool's 10-minute limit.
+# The two GPU stages are separate commands, each under 10 minutes on an H100.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/device-env.sh"
 export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}

@@ -8,7 +8,7 @@ A/A: each problem's reference, renamed ModelNew, evaluated against itself throug
 (`harness.sandbox.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
 interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of them.
 --solutions: the reference solutions instead, each also profiled in this process (CUPTI: the sum of its
-kernels' device time per call, inputs made and L2 flushed outside the profile), so the harness's time per
+kernels' device time per call; the L2 flush before each call is profiled alone and taken off), so the harness's time per
 call can be set against the kernels' own.
 Speedups are vs eager (torch.compile off: it adds compile time and is not what fidelity is about).
 """

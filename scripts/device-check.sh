@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU host with a preinstalled CUDA torch (the lent H100): install carried wheels if any, then
+# On a GPU host with a preinstalled CUDA torch (an H100, say): install carried wheels if any, then
 # run the gpu-marked tests and one full-size evaluation of level2/75. Logs land in $OUT (or ./device-out).
 #   device-check.sh [all|tests|eval75]   or   device-check.sh pytest tests/sandbox/test_corpus.py -k twin
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU host (the lent H100): every hostile fixture through the real sandbox on CUDA, each verdict
+# On a GPU host (an H100, say): every hostile fixture through the real sandbox on CUDA, each verdict
 # printed, the GPU health-checked after each (as a worker does after a fault), then the gpu-marked
 # containment and worker-health tests. Results in $OUT (hostile.txt, hostile.json, gpu-hostile-tests.log).
 set -uo pipefail

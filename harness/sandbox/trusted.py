@@ -262,23 +262,35 @@ class Trusted:
         return [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
 
     def _load(self, path: Path) -> tuple[Any, list[str]]:
+        return self._unpickle(read_untrusted(path, self.max_output_file))
+
+    @staticmethod
+    def _unpickle(data: bytes) -> tuple[Any, list[str]]:
         locations: list[str] = []
 
         def record(storage: Any, location: str) -> Any:
             locations.append(location)
             return storage
 
-        data = read_untrusted(path, self.max_output_file)
         obj = torch.load(io.BytesIO(data), map_location=record, weights_only=True)
         return obj, locations
 
-    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+    def _read(self, path: Path) -> bytes | dict[str, Any]:
+        """An output file's bytes, or the judge's figures saying why there are none to judge."""
         if not path.exists() and not path.is_symlink():
             return {"structure_error": "the candidate saved no output for this call"}
         try:
-            got, locations = self._load(path)
+            return read_untrusted(path, self.max_output_file)
         except UntrustedFile as e:
             return {"file_error": str(e)}
+
+    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+        data = self._read(path)
+        return data if isinstance(data, dict) else self._judge_bytes(data, exp, gt, cmd)
+
+    def _judge_bytes(self, data: bytes, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+        try:
+            got, locations = self._unpickle(data)
         except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return {"structure_error": f"the output is not made of plain torch.Tensors ({first[:300]})"}
@@ -391,14 +403,17 @@ class Trusted:
         """The handed-over outputs against the reference on the same seeds; then the time this process takes to
         save its own outputs of those calls, as the candidate had to (what an honest hand-over costs)."""
         assert self.model is not None
+        # Read first: the candidate's process runs on, and a file read after the reference's computation could
+        # have been written after its "handed over" (outputs computed only then, off the parent's clock).
+        handed = [self._read(path) for path in cmd.files]
         checks, expected = [], []
         with torch.no_grad():
-            for path, seed, forward_seed in zip(cmd.files, cmd.seeds, cmd.forward_seeds, strict=True):
+            for data, seed, forward_seed in zip(handed, cmd.seeds, cmd.forward_seeds, strict=True):
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 torch.manual_seed(forward_seed)
                 exp = self.model(*inputs)
                 expected.append(exp)
-                checks.append(self._judge_one(path, exp, exp, cmd))
+                checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, exp, cmd))
         problem_module.synchronize(self.device)
         cmd.save_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
