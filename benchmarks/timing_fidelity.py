@@ -102,13 +102,22 @@ def main() -> int:
                    "candidate_spread": o.candidate_timing.spread if o.candidate_timing else None,
                    "eager_spread": o.eager_timing.spread if o.eager_timing else None,
                    "calls_per_window": o.candidate_timing.calls_per_window if o.candidate_timing else None,
+                   # What each process's own clocks said (diagnostics): CUDA events per call, round trip per window.
+                   "candidate_device_ms": o.candidate_timing.device_median_ms if o.candidate_timing else None,
+                   "eager_device_ms": o.eager_timing.device_median_ms if o.eager_timing else None,
+                   "candidate_round_trip_ms": o.candidate_timing.round_trip_ms if o.candidate_timing else None,
+                   "eager_round_trip_ms": o.eager_timing.round_trip_ms if o.eager_timing else None,
+                   "overhead_ms": o.eager_timing.overhead_ms if o.eager_timing else None,
                    "wall_s": r.provenance.wall_s if r.provenance else None, "phases": o.phases,
                    "message": r.message[:300]}
             runs[s.id].append(row)
             print(f"[{i + 1}/{args.repeats}] {s.kernelbench_id} {row['verdict']} {row['flags']} "
                   f"speedup {row['speedup'] or 0:.4f} cand {row['candidate_ms'] or 0:.4f} ms eager "
                   f"{row['eager_ms'] or 0:.4f} ms (window spread {row['candidate_spread'] or 0:.2%} / "
-                  f"{row['eager_spread'] or 0:.2%}) wall {row['wall_s'] or 0:.1f} s", flush=True)
+                  f"{row['eager_spread'] or 0:.2%}) wall {row['wall_s'] or 0:.1f} s; own clocks: device "
+                  f"{row['candidate_device_ms'] or 0:.4f} / {row['eager_device_ms'] or 0:.4f} ms, round trip "
+                  f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, "
+                  f"{row['calls_per_window']} calls", flush=True)
     print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
     table = []
     for s in specs:

@@ -90,6 +90,9 @@ class TimingStats(BaseModel):
     spread: float | None = None  # interquartile range over median of the per-window figures
     windows_ms: list[float] = Field(default_factory=list)  # each window's wall time, parent's clock
     noise_ms: float | None = None  # the empty windows' interquartile range, per call: below it, a time is noise
+    # Diagnostics, never ranked: what the timed process's own clocks said (the candidate's are its claims).
+    device_median_ms: float | None = None  # its CUDA events over each window's calls, per call, median
+    round_trip_ms: float | None = None  # median of (window wall time - its own time over the window)
 
 
 class ChildExit(BaseModel):

@@ -40,10 +40,12 @@ class Trusted:
         self.send(command, timeout_s)
         return self.wait(reply).fields
 
-    def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> float:
-        """Milliseconds on the parent's clock from sending the command to receiving its reply."""
+    def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
+                   ) -> tuple[float, dict[str, Any]]:
+        """Milliseconds on the parent's clock from sending the command to receiving its reply; the reply's fields."""
         self.send(command, timeout_s)
-        return (self.wait(reply).received_at - self.sent_at) * 1e3
+        msg = self.wait(reply)
+        return (msg.received_at - self.sent_at) * 1e3, msg.fields
 
     def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
         """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""

@@ -335,6 +335,7 @@ class _Evaluation:
         kinds = ["candidate", "eager", "empty"] + (["compile"] if mode == "on" or (mode == "auto" and device == "cuda")
                                                    else [])
         walls: dict[str, list[float]] = {k: [] for k in kinds}
+        seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
@@ -346,29 +347,32 @@ class _Evaluation:
                 window_limit = self._limit(_WINDOW_FLOOR_S, calls)
                 for kind in kinds:
                     walls[kind].clear()
+                    seen[kind].clear()
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
                     reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward), window_limit,
                                                    Phase.timing)
-                    ms = (reply.received_at - self.candidate.sent_at) * 1e3
+                    ms, said = (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
                     # Whether this window is checked is drawn only now that it has closed (the last, if none was).
                     if r >= 0 and (draw.random() < chance or (r == rounds - 1 and not check.handover_ms)):
                         self._handover(r, seeds, forward, check)
                 else:
-                    ms = self._reference_window(kind, seeds, forward)
-                    if ms is None:  # torch.compile failed: no compile baseline (obs says why)
+                    timed = self._reference_window(kind, seeds, forward)
+                    if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
                         continue
+                    ms, said = timed
                 walls[kind].append(ms)
+                seen[kind].append(said)
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
         self.obs.timed_outputs = check
-        empty = windows.WindowSeries(calls, walls["empty"])
-        self.obs.candidate_timing = windows.stats(windows.WindowSeries(calls, walls["candidate"]), empty)
-        self.obs.eager_timing = windows.stats(windows.WindowSeries(calls, walls["eager"]), empty)
+        series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in kinds}
+        self.obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
+        self.obs.eager_timing = windows.stats(series["eager"], series["empty"])
         if "compile" in kinds:
-            self.obs.compile_timing = windows.stats(windows.WindowSeries(calls, walls["compile"]), empty)
+            self.obs.compile_timing = windows.stats(series["compile"], series["empty"])
         if device == "cuda":
             peaks = self.trusted.call({"cmd": "peaks"}, "peaks")
             variant = self.spec.size(self.size)
@@ -377,8 +381,10 @@ class _Evaluation:
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
 
-    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int]) -> float | None:
-        """A window of the trusted side's, in ms on the parent's clock; None when torch.compile cannot compile."""
+    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int]
+                          ) -> tuple[float, dict[str, Any]] | None:
+        """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
+        when torch.compile cannot compile."""
         assert self.trusted is not None
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds)
         try:

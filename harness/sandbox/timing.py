@@ -9,6 +9,7 @@ the parent's window, and the outputs it keeps are checked by the trusted side.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +36,22 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
 
 
 def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_seeds: list[int],
-               device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None = None) -> None:
+               device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None = None) -> dict[str, float]:
     """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
     device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
     window measures the device; work a call leaves on other streams lands inside it. Each call runs right after
     `torch.manual_seed(its forward seed)`, on both sides, so a stochastic reference (dropout) draws alike. With
-    `keep`, each call's output is appended to it (kept for a hand-over)."""
+    `keep`, each call's output is appended to it (kept for a hand-over).
+
+    Returns the process's own view of the window, a diagnostic only (the candidate's is a claim): `host_ms`, its
+    clock over the whole window, and on CUDA `device_ms`, events from after the inputs to the end."""
+    t0 = time.perf_counter()
     with torch.no_grad():
         inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
+        start = end = None
+        if device.type == "cuda":
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(start)
         for x, forward_seed in zip(inputs, forward_seeds, strict=True):
             if flush is not None:
                 flush.zero_()
@@ -51,7 +60,13 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
             if keep is not None:
                 keep.append(out)
             del out
+        if end is not None:
+            _record(end)
         synchronize(device)
+    seen = {"host_ms": (time.perf_counter() - t0) * 1e3}
+    if start is not None and end is not None:
+        seen["device_ms"] = _elapsed_time(start, end)
+    return seen
 
 
 def empty_call(*inputs: Any) -> None:

@@ -394,10 +394,10 @@ class Trusted:
                 self.compiled = torch.compile(self.model)
             fn = self.compiled
         kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
-        timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
-                          self.flush if cmd.flush_l2 else None, keep=kept)
+        seen = timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
+                                 self.flush if cmd.flush_l2 else None, keep=kept)
         del kept
-        return {}
+        return seen
 
     def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
         """The handed-over outputs against the reference on the same seeds; then the time this process takes to

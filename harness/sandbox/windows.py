@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from harness.schema import TimingStats
 
@@ -75,10 +76,18 @@ def spread(values: list[float]) -> float:
 
 @dataclass
 class WindowSeries:
-    """The wall times (ms, parent's clock) of one kind's windows, each of `calls` calls."""
+    """The wall times (ms, parent's clock) of one kind's windows, each of `calls` calls; beside them, what the
+    process said of each window (`host_ms`, `device_ms`: a diagnostic, never a figure that ranks)."""
 
     calls: int
     wall_ms: list[float]
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def said(self, key: str) -> list[float]:
+        """The process's figure `key` for each window where it gave a finite, non-negative number."""
+        values = [s.get(key) for s in self.seen]
+        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v) and v >= 0]
 
     def per_call_ms(self, empty_ms: float) -> list[float]:
         return [max(w - empty_ms, 0.0) / self.calls for w in self.wall_ms]
@@ -95,8 +104,19 @@ def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
         mean_ms=statistics.fmean(per_call), min_ms=min(per_call), max_ms=max(per_call),
         std_ms=statistics.pstdev(per_call) if len(per_call) > 1 else 0.0,
         overhead_ms=empty_ms / series.calls, spread=spread(per_call), windows_ms=[round(w, 4) for w in series.wall_ms],
-        noise_ms=_iqr(empty.wall_ms) / series.calls,
+        noise_ms=_iqr(empty.wall_ms) / series.calls, **_diagnostics(series),
     )
+
+
+def _diagnostics(series: WindowSeries) -> dict[str, float | None]:
+    """The process's own clocks beside the parent's: its CUDA events per call, and the median window's wall time
+    less its own host time (the command's round trip). Only where every window said them."""
+    device = series.said("device_ms")
+    host = series.said("host_ms")
+    n = len(series.wall_ms)
+    return {"device_median_ms": statistics.median(device) / series.calls if device and len(device) == n else None,
+            "round_trip_ms": statistics.median(w - h for w, h in zip(series.wall_ms, host, strict=True))
+            if host and len(host) == n else None}
 
 
 
