@@ -10,7 +10,8 @@ interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of
 --solutions: the reference solutions instead, each also profiled in this process (CUPTI: the sum of its
 kernels' device time per call; the L2 flush before each call is profiled alone and taken off), so the harness's time per
 call can be set against the kernels' own.
-Speedups are vs eager (torch.compile off: it adds compile time and is not what fidelity is about).
+Speedups are vs eager (torch.compile off: it adds compile time and is not what fidelity is about); the kernel
+trace is skipped (7 s of profiler start-up an evaluation, and no part of the timing).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def main() -> int:
     for i in range(args.repeats):
         for s in specs:
             r = evaluate(s, texts[s.id], EvalOptions(device="cuda", size="default", compile_baseline="off",
-                                                     target=target), settings)
+                                                     target=target, kernel_trace=False), settings)
             o = r.observations
             row = {"verdict": r.verdict.value, "flags": [f.check for f in r.flags], "speedup": r.speedup_vs_eager,
                    "candidate_ms": o.candidate_timing.median_ms if o.candidate_timing else None,
@@ -108,6 +109,10 @@ def main() -> int:
                    "candidate_round_trip_ms": o.candidate_timing.round_trip_ms if o.candidate_timing else None,
                    "eager_round_trip_ms": o.eager_timing.round_trip_ms if o.eager_timing else None,
                    "overhead_ms": o.eager_timing.overhead_ms if o.eager_timing else None,
+                   "candidate_inputs_ms": o.candidate_timing.inputs_median_ms if o.candidate_timing else None,
+                   "eager_inputs_ms": o.eager_timing.inputs_median_ms if o.eager_timing else None,
+                   "timings": {k: t.model_dump(mode="json") if t else None for k, t in
+                               (("candidate", o.candidate_timing), ("eager", o.eager_timing))},
                    "wall_s": r.provenance.wall_s if r.provenance else None, "phases": o.phases,
                    "message": r.message[:300]}
             runs[s.id].append(row)
@@ -116,7 +121,8 @@ def main() -> int:
                   f"{row['eager_ms'] or 0:.4f} ms (window spread {row['candidate_spread'] or 0:.2%} / "
                   f"{row['eager_spread'] or 0:.2%}) wall {row['wall_s'] or 0:.1f} s; own clocks: device "
                   f"{row['candidate_device_ms'] or 0:.4f} / {row['eager_device_ms'] or 0:.4f} ms, round trip "
-                  f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, "
+                  f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, inputs "
+                  f"{row['candidate_inputs_ms'] or 0:.3f} / {row['eager_inputs_ms'] or 0:.3f} ms a call, "
                   f"{row['calls_per_window']} calls", flush=True)
     print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
     table = []

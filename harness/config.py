@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     # interleaved; each window lasts about window_ms at the reference's speed.
     timing_windows_cuda: int = Field(default=15, ge=3)
     timing_windows_cpu: int = Field(default=7, ge=3)
-    window_ms_cuda: float = Field(default=30.0, gt=0)
+    window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",

@@ -92,6 +92,7 @@ class TimingStats(BaseModel):
     noise_ms: float | None = None  # the empty windows' interquartile range, per call: below it, a time is noise
     # Diagnostics, never ranked: what the timed process's own clocks said (the candidate's are its claims).
     device_median_ms: float | None = None  # its CUDA events over each window's calls, per call, median
+    inputs_median_ms: float | None = None  # its host time making each window's inputs, per call, median
     round_trip_ms: float | None = None  # median of (window wall time - its own time over the window)
 
 

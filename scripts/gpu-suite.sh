@@ -5,10 +5,13 @@
 # GPU_SUITE_WORKERS, default 4): they judge verdicts, not speed. What must pass unflagged (the corpus's honest
 # twins, the reference solutions) runs alone on the GPU, since evaluations side by side disturb each other's
 # timed windows. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs: $OUT/<stage>.log, and
-# each corpus entry's verdict line in $OUT/corpus-verdicts.log.
+# each corpus entry's verdict line in $OUT/corpus-verdicts.log. Before any stage, every load_inline source the
+# tests evaluate is built, one per core (scripts/build_cuda_sources.py).
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh"
 export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
+# One data dir for every stage and worker: the load_inline sources are built once, side by side, before any stage.
+export HARNESS_TEST_DATA_DIR=${HARNESS_TEST_DATA_DIR:-$HARNESS_DATA_DIR/tests}
 export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
 workers=${GPU_SUITE_WORKERS:-4}
 stages=("$@")
@@ -29,6 +32,9 @@ stage() {  # stage NAME PARALLEL PYTEST-ARGS...
   return $rc
 }
 
+t0=$SECONDS
+python3 scripts/build_cuda_sources.py > "$OUT/builds.log" 2>&1
+printf 'stage %-9s rc %d in %4d s: %s\n' builds $? $((SECONDS - t0)) "$(head -1 "$OUT/builds.log")"
 status=0
 for s in "${stages[@]}"; do
   case "$s" in

@@ -65,8 +65,12 @@ def import_psycopg():
 
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory) -> Settings:
-    """A private data dir (build cache, job logs) and quick CPU timing for the whole session."""
-    root = tmp_path_factory.mktemp("harness-data")
+    """A private data dir (build cache, job logs) and quick CPU timing for the whole session. HARNESS_TEST_DATA_DIR
+    names a shared one instead: the GPU suite's stages and parallel workers then find the CUDA sources it built
+    beforehand (scripts/build_cuda_sources.py)."""
+    shared = os.environ.get("HARNESS_TEST_DATA_DIR")
+    root = Path(shared) if shared else tmp_path_factory.mktemp("harness-data")
+    root.mkdir(parents=True, exist_ok=True)
     return Settings(data_dir=root, scratch_dir=root / "scratch", timing_windows_cpu=3, window_ms_cpu=20.0,
                     correctness_trials=5, kill_grace_s=2.0)
 

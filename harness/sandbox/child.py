@@ -116,7 +116,7 @@ def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device
     Returns the output, whether it changed after the return, and which inputs changed."""
     poison_allocator(device, inputs)
     before = [t.clone() for t in _tensors(inputs)]
-    torch.manual_seed(forward_seed)  # as the trusted side did before the reference's call
+    problem_module.manual_seed(forward_seed, device)  # as the trusted side did before the reference's call
     out = model(*inputs)
     snapshot = [t.clone() for t in _tensors(out)]  # queued on the current stream: sees its order only
     problem_module.synchronize(device)

@@ -103,6 +103,9 @@ class EvalOptions:
     compile_timeout_s: float | None = None  # the problem's own when None
     run_timeout_s: float | None = None
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
+    # False skips the CUDA kernel trace (7 s of profiler start-up on an H100 host): for benchmarks of timing alone,
+    # whose results then carry no kernel evidence (no no_custom_kernel flag either way).
+    kernel_trace: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
     # instead of after its probe (and starts again after it, if the trusted child finds something else).
@@ -422,7 +425,7 @@ class _Evaluation:
     def trace_kernels(self) -> None:
         """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost)."""
         assert self.candidate is not None and self.provenance is not None
-        if self.provenance.device == "cuda":
+        if self.provenance.device == "cuda" and self.options.kernel_trace:
             reply = self.candidate.request(Trace(), self._limit(_WINDOW_FLOOR_S, 1), Phase.timing)
             self.candidate.record_trace(reply.fields)
             self.phases.end("kernel_trace")

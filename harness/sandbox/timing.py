@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from harness.sandbox.problem_module import seeded_inputs, synchronize
+from harness.sandbox.problem_module import manual_seed, seeded_inputs, synchronize
 
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
@@ -40,14 +40,16 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
     device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
     window measures the device; work a call leaves on other streams lands inside it. Each call runs right after
-    `torch.manual_seed(its forward seed)`, on both sides, so a stochastic reference (dropout) draws alike. With
+    `manual_seed(its forward seed)` (problem_module), on both sides, so a stochastic reference (dropout) draws alike. With
     `keep`, each call's output is appended to it (kept for a hand-over).
 
     Returns the process's own view of the window, a diagnostic only (the candidate's is a claim): `host_ms`, its
-    clock over the whole window, and on CUDA `device_ms`, events from after the inputs to the end."""
+    clock over the whole window, `inputs_ms` of it making the inputs, and on CUDA `device_ms`, events from after
+    the inputs to the end."""
     t0 = time.perf_counter()
     with torch.no_grad():
         inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
+        made = time.perf_counter()
         start = end = None
         if device.type == "cuda":
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -55,7 +57,7 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
         for x, forward_seed in zip(inputs, forward_seeds, strict=True):
             if flush is not None:
                 flush.zero_()
-            torch.manual_seed(forward_seed)
+            manual_seed(forward_seed, device)
             out = fn(*x)
             if keep is not None:
                 keep.append(out)
@@ -63,7 +65,7 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
         if end is not None:
             _record(end)
         synchronize(device)
-    seen = {"host_ms": (time.perf_counter() - t0) * 1e3}
+    seen = {"host_ms": (time.perf_counter() - t0) * 1e3, "inputs_ms": (made - t0) * 1e3}
     if start is not None and end is not None:
         seen["device_ms"] = _elapsed_time(start, end)
     return seen

@@ -175,7 +175,7 @@ class Trusted:
             distributions.append(problem_module.EXTRA_DISTRIBUTION)
         self.distributions = distributions
         call_s: list[float] = []
-        # Each forward runs right after torch.manual_seed(its own seed), drawn fresh and apart from the inputs'
+        # Each forward runs right after problem_module.manual_seed(its own seed), drawn fresh and apart from the inputs'
         # seeds, and the candidate is told the same seeds: a stochastic reference (dropout) draws alike on both sides.
         forward_seeds = [secrets.randbits(62) for _ in distributions]
         stochastic = False
@@ -189,11 +189,11 @@ class Trusted:
                 on_device = problem_module.to_device(inputs, self.device)
                 problem_module.synchronize(self.device)
                 t0 = time.perf_counter()
-                torch.manual_seed(forward_seeds[i])
+                problem_module.manual_seed(forward_seeds[i], self.device)
                 self.expected.append(self.model(*on_device))
                 problem_module.synchronize(self.device)
                 call_s.append(time.perf_counter() - t0)
-                torch.manual_seed(forward_seeds[i])
+                problem_module.manual_seed(forward_seeds[i], self.device)
                 self.ground_truth.append(_float64_forward(model64, on_device))
                 if i == 0:  # the same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
@@ -410,7 +410,7 @@ class Trusted:
         with torch.no_grad():
             for data, seed, forward_seed in zip(handed, cmd.seeds, cmd.forward_seeds, strict=True):
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
-                torch.manual_seed(forward_seed)
+                problem_module.manual_seed(forward_seed, self.device)
                 exp = self.model(*inputs)
                 expected.append(exp)
                 checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, exp, cmd))

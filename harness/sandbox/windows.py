@@ -33,7 +33,8 @@ MIN_CHECKED_WINDOWS = 3
 def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,
                      window_cost_ms: float = 0.0) -> int:
     """How many calls a window holds: enough that it lasts about `window_ms` at the reference's speed, counting the
-    window's own cost per call (inputs, flush), so the IPC round trip (0.1-0.3 ms) is under 1% of a 30 ms window;
+    window's own cost per call (inputs, flush), so the IPC round trip (0.4-0.7 ms on an H100 host) is about 1% of a
+    60 ms window;
     no more than the inputs and outputs a window holds (`io_bytes` a call) fit in memory; at least one."""
     want = math.ceil(window_ms / max(reference_call_ms + window_cost_ms, 1e-3))
     return max(1, min(want, most_calls(io_bytes, device)))
@@ -109,12 +110,15 @@ def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
 
 
 def _diagnostics(series: WindowSeries) -> dict[str, float | None]:
-    """The process's own clocks beside the parent's: its CUDA events per call, and the median window's wall time
-    less its own host time (the command's round trip). Only where every window said them."""
+    """The process's own clocks beside the parent's: its CUDA events per call, its time making inputs per call, and
+    the median window's wall time less its own host time (the command's round trip). Only where every window said
+    them."""
     device = series.said("device_ms")
     host = series.said("host_ms")
+    inputs = series.said("inputs_ms")
     n = len(series.wall_ms)
     return {"device_median_ms": statistics.median(device) / series.calls if device and len(device) == n else None,
+            "inputs_median_ms": statistics.median(inputs) / series.calls if inputs and len(inputs) == n else None,
             "round_trip_ms": statistics.median(w - h for w, h in zip(series.wall_ms, host, strict=True))
             if host and len(host) == n else None}
 

@@ -68,10 +68,11 @@ def test_the_most_calls_a_window_holds_is_what_memory_allows():
 
 def test_the_processes_own_clocks_are_kept_as_diagnostics_only_where_every_window_gave_them():
     empty = WindowSeries(calls=10, wall_ms=[1.0, 1.0, 1.0])
-    seen = [{"host_ms": 30.5, "device_ms": 29.0}, {"host_ms": 32.6, "device_ms": 31.0},
-            {"host_ms": 28.7, "device_ms": 27.0}]
+    seen = [{"host_ms": 30.5, "device_ms": 29.0, "inputs_ms": 2.0}, {"host_ms": 32.6, "device_ms": 31.0,
+            "inputs_ms": 3.0}, {"host_ms": 28.7, "device_ms": 27.0, "inputs_ms": 4.0}]
     s = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0], seen=seen), empty)
     assert s.device_median_ms == pytest.approx(2.9) and s.round_trip_ms == pytest.approx(0.4)
+    assert s.inputs_median_ms == pytest.approx(0.3)
     assert s.median_ms == pytest.approx(3.0)  # the parent's figure is untouched by what the process said
     # A claim that is not a finite non-negative number, in any window, leaves the diagnostic out.
     forged = [{"host_ms": 30.5, "device_ms": float("nan")}, {"host_ms": "x", "device_ms": 1.0}, {}]
