@@ -325,8 +325,10 @@ class _Evaluation:
     def time_windows(self, prepared: dict[str, Any]) -> None:
         """Rounds of timed windows on the parent's clock, each round on the same fresh seeds: the candidate's (then,
         if the parent so draws, a hand-over of outputs it picks, judged by the trusted side), eager's, torch.compile's
-        and the empty window's, in an order drawn for each round so that no kind always follows the same one. One
-        untimed rounds first warm every kind up; the windows are sized again on the second."""
+        and the empty window's, in an order drawn for each round so that no kind always follows the same one. Two
+        untimed rounds first warm every kind up; the windows are sized again after each, on the slower of the
+        candidate and eager (a one-call candidate window bounds the first: an honest kernel far slower than the
+        reference would overrun windows sized on the reference alone)."""
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
@@ -340,14 +342,19 @@ class _Evaluation:
         walls: dict[str, list[float]] = {k: [] for k in kinds}
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
+        most = windows.most_calls(io_bytes, device)
+        one_call_ms, _ = self._candidate_window([self._window_seeds.randrange(1 << 62)],
+                                                [self._window_seeds.randrange(1 << 62)], self._limit(_WINDOW_FLOOR_S, 1))
+        calls = min(calls, windows.resize(1, one_call_ms, window_ms, most))
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
         draw = secrets.SystemRandom()
         for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
-            if r == 0:  # sized again on the last warm eager window: the prepare phase's calls ran cold
-                warm = walls["eager"].pop()
-                calls = windows.resize(calls, warm, window_ms, windows.most_calls(io_bytes, device))
+            if r > -2:  # sized again on the last round's slower kind: the prepare phase's calls ran cold
+                warm = max(walls["eager"][-1], walls["candidate"][-1])
+                calls = windows.resize(calls, warm, window_ms, most)
                 window_limit = self._limit(_WINDOW_FLOOR_S, calls)
+            if r == 0:
                 for kind in kinds:
                     walls[kind].clear()
                     seen[kind].clear()
@@ -355,9 +362,7 @@ class _Evaluation:
             forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
-                    reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward), window_limit,
-                                                   Phase.timing)
-                    ms, said = (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
+                    ms, said = self._candidate_window(seeds, forward, window_limit)
                     # Whether this window is checked is drawn only now that it has closed (the last, if none was).
                     if r >= 0 and (draw.random() < chance or (r == rounds - 1 and not check.handover_ms)):
                         self._handover(r, seeds, forward, check)
@@ -383,6 +388,13 @@ class _Evaluation:
             min_bytes = max(variant.min_bytes or 0, prepared["output_bytes"])
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
+
+    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float
+                          ) -> tuple[float, dict[str, Any]]:
+        """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim)."""
+        assert self.candidate is not None
+        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds), limit_s, Phase.timing)
+        return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
 
     def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int]
                           ) -> tuple[float, dict[str, Any]] | None:

@@ -179,6 +179,16 @@ def test_honest_twin_of_the_failure_fixtures_passes(run_fixture):
     assert r.verdict == Verdict.passed, r.message
 
 
+def test_an_honest_kernel_far_slower_than_the_reference_passes_with_windows_sized_on_its_own_speed(run_fixture):
+    # Sized on the reference's speed alone (about 1 ms a call here), a window of a kernel 250x slower runs past its
+    # time limit: an honest kernel was `timeout`. The candidate's own one-call window bounds the windows first.
+    r = run_fixture("level2/30", "l30_slow_correct.py")
+    assert r.verdict == Verdict.passed, r.message
+    t = r.observations.candidate_timing
+    assert t is not None and t.calls_per_window is not None and t.calls_per_window <= 2
+    assert t.median_ms > 200 and r.speedup_vs_eager is not None and r.speedup_vs_eager < 0.05
+
+
 def _no_process_matching(pattern: str) -> bool:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return out.stdout.strip() == ""
