@@ -83,18 +83,28 @@ def kill_uid(uid: int) -> None:
     log.error("processes of sandbox uid %d survive SIGKILL: %s", uid, _pids_of_uid(uid))
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
+def _chown_tree(path: Path, uid: int, gid: int, modes: tuple[int, int] | None = None) -> None:
     """Hand a tree to a sandbox uid, without following links: a previous child may have planted a
-    symlink or a hard link to a file outside the tree there, and root must not chown that file."""
+    symlink or a hard link to a file outside the tree there, and root must not chown that file. With
+    `modes` (directories', files'), each entry is given its mode in the same pass: a file written into the
+    tree meanwhile (the trusted side fills the exchange dir while the candidate's process starts) is
+    either handed over whole or left as its writer made it, never chmod-ed without its new group."""
     os.chown(path, uid, gid, follow_symlinks=False)
+    if modes is not None:
+        os.chmod(path, modes[0])
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
             entry = os.path.join(dirpath, name)
             st = os.lstat(entry)
-            if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode) and st.st_nlink > 1:
+            if stat.S_ISLNK(st.st_mode):
+                os.chown(entry, uid, gid, follow_symlinks=False)
+                continue
+            if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
                 log.warning("not handing %s to the sandbox: it has %d hard links", entry, st.st_nlink)
                 continue
             os.chown(entry, uid, gid, follow_symlinks=False)
+            if modes is not None:
+                os.chmod(entry, modes[0] if stat.S_ISDIR(st.st_mode) else modes[1])
 
 
 def tree_bytes(paths: list[Path]) -> int:
@@ -165,12 +175,8 @@ class Jail:
                 sweep.sweep_uid(self.uid)
                 for path in self.writable:
                     _chown_tree(path, self.uid, self.uid)
-                for path in self.readable:
-                    _chown_tree(path, 0, self.uid)
-                    for dirpath, _d, files in os.walk(path):
-                        os.chmod(dirpath, 0o750)  # noqa: S103 - group: this child's own gid
-                        for f in files:
-                            os.chmod(os.path.join(dirpath, f), 0o640)
+                for path in self.readable:  # group: this child's own gid
+                    _chown_tree(path, 0, self.uid, modes=(0o750, 0o640))
                 for path in self.visible:
                     if not path.stat().st_mode & 0o004:
                         raise SandboxError(f"{path} is not readable by the sandbox user: make it world-readable "

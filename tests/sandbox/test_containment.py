@@ -87,6 +87,33 @@ def test_listing_a_uids_processes_survives_a_process_that_ends_meanwhile(monkeyp
     assert os.getpid() in limits._pids_of_uid(os.getuid())
 
 
+def test_a_file_written_into_a_readable_tree_while_it_is_handed_over_stays_readable(tmp_path, monkeypatch):
+    """The trusted side writes the exchange dir while the candidate's jail hands it to the sandbox group. A file that
+    appeared between a chown pass and a separate chmod pass was made 0640 with root's group: the candidate could not
+    read init.pt, and an honest submission got runtime_error (seen once on the CPU, two evaluations side by side)."""
+    _need("root")
+    tree = tmp_path / "exchange"
+    tree.mkdir()
+    (tree / "inputs_0.pt").write_bytes(b"x")
+    real_walk = os.walk
+
+    def walk_while_a_file_appears(path, *args, **kwargs):
+        for i, listing in enumerate(real_walk(path, *args, **kwargs)):
+            yield listing
+            if i == 0:
+                late = tree / "init.pt"
+                late.write_bytes(b"y")
+                late.chmod(0o644)
+
+    monkeypatch.setattr(limits.os, "walk", walk_while_a_file_appears)
+    limits._chown_tree(tree, 0, 4242, modes=(0o750, 0o640))
+    st = (tree / "inputs_0.pt").stat()
+    assert (st.st_gid, st.st_mode & 0o777) == (4242, 0o640)  # handed over: its group reads it
+    st = (tree / "init.pt").stat()
+    assert st.st_mode & 0o004, oct(st.st_mode)  # left as written: anyone reads it
+    assert (tree.stat().st_gid, tree.stat().st_mode & 0o777) == (4242, 0o750)
+
+
 def test_the_platform_probe_reports_what_it_found():
     p = capabilities.platform()
     assert p.describe()
