@@ -136,9 +136,9 @@ _TRUNCATED_REPLY = ("I'll optimize this model by fusing the GEMM with the GroupN
 
 
 def _timing(rng: random.Random, median: float, n: int = 15) -> TimingStats:
-    """Figures shaped like the parent's timed windows: n windows of about 30 ms each."""
+    """Figures shaped like the parent's timed windows: n windows of about 60 ms each."""
     spread = rng.uniform(0.004, 0.03)
-    calls = max(1, round(30 / max(median, 1e-3)))
+    calls = max(1, round(60 / max(median, 1e-3)))
     return TimingStats(clock="parent_window", n=n, median_ms=round(median, 4),
                        mean_ms=round(median * (1 + spread / 3), 4), min_ms=round(median * (1 - spread / 2), 4),
                        max_ms=round(median * (1 + spread * rng.uniform(2, 6)), 4),

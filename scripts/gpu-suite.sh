@@ -2,7 +2,7 @@
 # The project's gpu tests in one command on a GPU host, stage by stage, each with a one-line summary.
 #   scripts/gpu-suite.sh [stage ...]      stages: corpus sandbox service solutions (default: all, in that order)
 # The exploits of the corpus, and the sandbox and service tests, run in parallel processes (pytest-xdist,
-# GPU_SUITE_WORKERS, default 4): they judge verdicts, not speed. What must pass unflagged (the corpus's honest
+# GPU_SUITE_WORKERS, default 6): they judge verdicts, not speed. What must pass unflagged (the corpus's honest
 # twins, the reference solutions) runs alone on the GPU, since evaluations side by side disturb each other's
 # timed windows. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs: $OUT/<stage>.log, and
 # each corpus entry's verdict line in $OUT/corpus-verdicts.log. Before any stage, every load_inline source the
@@ -13,7 +13,7 @@ export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
 # One data dir for every stage and worker: the load_inline sources are built once, side by side, before any stage.
 export HARNESS_TEST_DATA_DIR=${HARNESS_TEST_DATA_DIR:-$HARNESS_DATA_DIR/tests}
 export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
-workers=${GPU_SUITE_WORKERS:-4}
+workers=${GPU_SUITE_WORKERS:-6}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(corpus sandbox service solutions)
 
