@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # Deadlines the parent enforces (seconds). Problem specs may raise compile/run limits.
     reference_timeout_s: float = 600.0
     kill_grace_s: float = 3.0
+    # A submission's import may take its problem's compile limit while a compiler runs (load_inline builds), and
+    # this long past the last moment one ran: an import that hangs costs seconds, not the compile limit.
+    import_idle_timeout_s: float = Field(default=90.0, gt=0)
 
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")

@@ -236,7 +236,8 @@ def observations(rng: random.Random, outcome: str, kb: str, speedup: float, kern
         obs.trials = _trials(rng, kb, rng.uniform(2e-5, 6e-5) if low else rng.uniform(1e-6, 1.5e-5),
                              rng.uniform(2e-5, 6e-5) if low else exact)
         obs.determinism = DeterminismFigures(bitwise_equal=True, max_rel_diff=0.0)
-        obs.state_dict = StateDictCopy(copied=["gemm.weight", "gemm.bias", "group_norm.weight", "group_norm.bias"])
+        names = ["gemm.weight", "gemm.bias", "group_norm.weight", "group_norm.bias"]
+        obs.state_dict = StateDictCopy(copied=names, drawn=names)
         obs.timed_outputs = TimedOutputCheck(reported=100, expected=100, checked=[3, 41, 97])
         for name, value in timed.items():
             setattr(obs, name, value)

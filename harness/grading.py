@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimingStats, Tolerance
 from harness.verdicts import Phase, Verdict, classify_exception
@@ -145,6 +145,9 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
                  Phase.correctness: "during a correctness trial", Phase.timing: "during timing"}.get(err.phase, "")
         return Grade(verdict, f"{err.exc_type} {where}: {first_line}".strip(),
                      _tail(err.traceback or err.message))
+    if ex is not None and ex.timed_out and ex.idle_s is not None:
+        return Grade(Verdict.timeout, f"the import ran {ex.idle_s:g} s with no compiler running and did not finish "
+                     "(a hang outside any build); the process group was killed", _tail(obs.log_tail))
     if ex is not None and ex.timed_out:
         limit = f"{ex.deadline_s:g} s " if ex.deadline_s else ""
         return Grade(Verdict.timeout, f"the {ex.phase.value} phase exceeded its {limit}limit; the process group "
@@ -163,7 +166,7 @@ def grade(obs: Observations, tol: Tolerance) -> Grade:
         label = str(trial.trial) if trial.inputs == "get_inputs" else f"{trial.trial} ({trial.inputs} inputs)"
         g = _grade_trial(label, trial.structure_error, trial.outputs, tol, trial.file_error)
         if g is not None:
-            return g
+            return _with_parameter_hint(g, obs)
     g = _timed_outputs(obs, tol)
     if g is not None:
         return g
@@ -235,6 +238,19 @@ def correct_so_far(obs: Observations, tol: Tolerance) -> bool:
     """Right answers, whatever the static pre-check says: such a candidate is still timed and checked,
     so a submission held for review carries its figures."""
     return grade(obs.model_copy(update={"static_findings": []}), tol).verdict == Verdict.passed
+
+
+def _with_parameter_hint(g: Grade, obs: Observations) -> Grade:
+    """A wrong answer from a model some of whose tensors got none of the reference's (drawn fresh for each
+    evaluation) says which: the likeliest cause for code that computes the right thing."""
+    sd = obs.state_dict
+    if g.verdict != Verdict.wrong_answer or sd is None or not (sd.not_copied or sd.reference_unused):
+        return g
+    hint = (f"the reference's tensors are drawn fresh for each evaluation and reach ModelNew by name, or by shape "
+            f"and likeness of name; these got none: {', '.join(sd.not_copied[:6]) or 'none'}; reference tensors "
+            f"unused: {', '.join(sd.reference_unused[:6]) or 'none'} (values derived from parameters in __init__ "
+            "go stale too)")
+    return replace(g, message=f"{g.message}; {hint}", log_excerpt=f"{g.log_excerpt}\n{hint}".strip())
 
 
 def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigures], tol: Tolerance,

@@ -104,6 +104,7 @@ class ChildExit(BaseModel):
     finished: bool = False  # sent its final message
     timed_out: bool = False
     deadline_s: float | None = None
+    idle_s: float | None = None  # timed out importing: this long with no compiler running in its session
     phase: Phase = Phase.compile  # the phase it was in when it ended
 
 
@@ -187,8 +188,13 @@ class SpeedOfLight(BaseModel):
 
 
 class StateDictCopy(BaseModel):
-    copied: list[str] = Field(default_factory=list)
-    not_copied: list[str] = Field(default_factory=list)  # candidate keys with no same-name/shape twin
+    """How the reference's tensors (drawn fresh: harness/sandbox/parameters.py) reached the candidate's model."""
+
+    copied: list[str] = Field(default_factory=list)  # candidate keys that received a reference tensor
+    by_position: dict[str, str] = Field(default_factory=dict)  # of those, matched by order: candidate -> reference
+    not_copied: list[str] = Field(default_factory=list)  # candidate keys with no reference tensor
+    reference_unused: list[str] = Field(default_factory=list)  # reference keys no candidate tensor received
+    drawn: list[str] = Field(default_factory=list)  # reference keys drawn fresh (the trusted side's word)
 
 
 class StaticFinding(BaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 # torch and the harness's timing primitives are imported before the submission is.
 import torch
 
-from harness.sandbox import problem_module, timing, torchflags
+from harness.sandbox import parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     INIT_FILE,
@@ -53,14 +53,16 @@ def import_submission(path: Path) -> Any:
     return module
 
 
-def copy_matching_state(model: torch.nn.Module, reference: dict[str, torch.Tensor]) -> dict[str, list[str]]:
-    """Copy each reference tensor into the candidate's entry of the same name, shape and dtype."""
+def copy_matching_state(model: torch.nn.Module, reference: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Copy the reference's tensors (drawn fresh for this evaluation) into the candidate's: by name, then by
+    declaration order among tensors of a shape and dtype (parameters.match)."""
     own = model.state_dict()
-    matching = {k: v for k, v in reference.items()
-                if k in own and own[k].shape == v.shape and own[k].dtype == v.dtype}
-    if matching:
-        model.load_state_dict(matching, strict=False)
-    return {"copied": sorted(matching), "not_copied": sorted(k for k in own if k not in matching)}
+    pairs = parameters.match(own, reference)
+    if pairs:
+        model.load_state_dict({k: reference[r] for k, r in pairs.items()}, strict=False)
+    return {"copied": sorted(pairs), "by_position": {k: r for k, r in sorted(pairs.items()) if k != r},
+            "not_copied": sorted(k for k in own if k not in pairs),
+            "reference_unused": [r for r in reference if r not in set(pairs.values())]}
 
 
 def _saveable(out: Any) -> Any:

@@ -10,6 +10,7 @@ a reply to no command, silence, an exit) stops the evaluation there with the rea
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,10 @@ class Trusted:
     def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
         """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""
         limit = timeout_s or self.timeout_s
+        text = json.dumps(command, default=str)  # before the clock starts, as for the candidate's commands
         self.sent_at = time.monotonic()
         self.pending = (command.get("cmd"), self.sent_at + limit, limit)
-        self.proc.send(command)
+        self.proc.send(text)
 
     def wait(self, reply: str) -> Message:
         """The answer to the command last sent."""
@@ -77,6 +79,13 @@ class CandidateStopped(Exception):
     """The candidate's process goes no further; `obs` says why."""
 
 
+class _Poll(Exception):
+    """A wait for the candidate's import ended a poll interval with no message: look at its compilers again."""
+
+
+IMPORT_POLL_S = 1.0
+
+
 class Candidate:
     """The candidate's process, driven command by command. `finish` always ends it and records how it ended."""
 
@@ -90,10 +99,25 @@ class Candidate:
         self.channel_closed = False
         self.sent_at = 0.0
 
-    def await_imported(self, limit_s: float) -> Message:
-        """The first message, 'imported', within the compile limit counted from the process's start."""
+    def await_imported(self, limit_s: float, idle_limit_s: float) -> Message:
+        """The first message, 'imported', within the compile limit counted from the process's start; and, so that
+        an import that hangs costs seconds rather than the compile limit, within `idle_limit_s` of the last moment
+        a compiler ran in its session (or of its start)."""
         self.exit.deadline_s = limit_s
-        msg = self._next(self.proc.started_at + limit_s)
+        deadline = self.proc.started_at + limit_s
+        busy_at = self.proc.started_at
+        while True:
+            now = time.monotonic()
+            if self.proc.compiling():
+                busy_at = now
+            elif now - busy_at > idle_limit_s:
+                self.exit.timed_out, self.exit.idle_s = True, round(now - busy_at, 1)
+                raise CandidateStopped
+            try:
+                msg = self._next(min(deadline, now + IMPORT_POLL_S), final=now + IMPORT_POLL_S >= deadline)
+            except _Poll:
+                continue
+            break
         if msg.event != "imported":
             self._violation(f"{msg.event!r} where 'imported' was due")
         self._note_flags(msg.fields)
@@ -104,9 +128,10 @@ class Candidate:
         """Send `command`; its reply (with its nonce) within `limit_s` on the parent's clock, else CandidateStopped.
         The reply's `received_at` less `sent_at` is the command's time."""
         self.exit.phase, self.exit.deadline_s = phase, limit_s
+        text = command.model_dump_json()  # before the clock starts: a window's time is the child's, not pydantic's
         self.sent_at = time.monotonic()
         try:
-            self.proc.send(command.model_dump_json())
+            self.proc.send(text)
         except ChildExited:
             self.channel_closed = True
             raise CandidateStopped from None
@@ -160,11 +185,14 @@ class Candidate:
     def record_trace(self, fields: dict[str, Any]) -> None:
         self.obs.kernels = KernelTrace(names=fields.get("names"), error=fields.get("error"))
 
-    def _next(self, deadline: float) -> Message:
-        """The next message before `deadline`; an 'error' (the submission raised) ends the conversation."""
+    def _next(self, deadline: float, final: bool = True) -> Message:
+        """The next message before `deadline`; an 'error' (the submission raised) ends the conversation. With
+        `final` False, a deadline passed is only the end of a poll (`_Poll`)."""
         try:
             msg = self.proc.next_message(deadline)
         except Deadline:
+            if not final:
+                raise _Poll from None
             self.exit.timed_out = True
             raise CandidateStopped from None
         except ChildExited:

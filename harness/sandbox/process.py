@@ -42,6 +42,11 @@ class Message:
     received_at: float  # the parent's monotonic clock
 
 
+# Process names (as /proc/<pid>/stat's comm shows them, at most 15 characters) of what a load_inline build runs.
+COMPILERS = frozenset({"ninja", "nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "gcc", "g++", "c++", "cc",
+                       "cc1", "cc1plus", "as", "ld", "collect2", "clang", "clang++", "make", "cmake"})
+
+
 def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
     """Only what a build and a CUDA run need; no tokens, database URLs or HARNESS_* settings."""
     keep = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
@@ -156,6 +161,27 @@ class ChildProcess:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as e:
             raise ChildExited(f"could not send to the child: {e}") from None
+
+    def compiling(self) -> bool:
+        """Whether a compiler (or the build tool driving one) runs in this child's session: its load_inline builds.
+        Where /proc cannot be read, True (no idle deadline can be told from a hang there)."""
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return True
+        for pid in entries:
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            comm, _, rest = stat.partition("(")[2].rpartition(")")
+            fields = rest.split()
+            if len(fields) > 3 and fields[3] == str(self.proc.pid) and comm in COMPILERS:
+                return True
+        return False
 
     def next_message(self, deadline: float) -> Message:
         """The next message; Deadline when `deadline` (monotonic) passes, ChildExited on EOF."""

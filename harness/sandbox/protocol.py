@@ -55,6 +55,8 @@ class PrepareCommand(BaseModel):
     input_seed: int  # secret: never leaves the trusted process
     trials: int
     extra_distribution: bool = True  # one more trial on randn*2+0.5 inputs (see problem_module)
+    fresh_parameters: bool = True  # the reference's tensors drawn anew (see parameters)
+    fixed_parameters: list[str] = []  # ... but these
     exchange_dir: Path
 
 

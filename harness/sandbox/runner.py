@@ -106,6 +106,9 @@ class EvalOptions:
     # False skips the CUDA kernel trace (7 s of profiler start-up on an H100 host): for benchmarks of timing alone,
     # whose results then carry no kernel evidence (no no_custom_kernel flag either way).
     kernel_trace: bool = True
+    # False keeps the reference's parameters at the problem's own initialisation (as KernelBench evaluates), for
+    # reproducing a result graded before they were drawn fresh.
+    fresh_parameters: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
     # instead of after its probe (and starts again after it, if the trusted child finds something else).
@@ -208,6 +211,7 @@ class _Evaluation:
         self.run_limit = options.run_timeout_s or spec.run_timeout_s
         self.call_ms = 0.0  # the reference's time per call, once prepared
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
+        self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
 
     @contextlib.contextmanager
     def open(self, work: Path):
@@ -262,6 +266,7 @@ class _Evaluation:
         self.trusted.send(PrepareCommand(
             problem=self._load(self.size), device=device, param_seed=self.param_seed, input_seed=self.input_seed,
             trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
+            fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
@@ -269,12 +274,14 @@ class _Evaluation:
         self.call_ms = float(prepared["call_ms"])
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
+        self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
         self.phases.end("reference_prepare")
         return prepared
 
     def candidate_imported(self) -> None:
         assert self.candidate is not None
-        self.candidate.await_imported(self.options.compile_timeout_s or self.spec.compile_timeout_s)
+        self.candidate.await_imported(self.options.compile_timeout_s or self.spec.compile_timeout_s,
+                                      self.settings.import_idle_timeout_s)
         self.phases.end("candidate_import")
 
     def constructor_fits(self, prepared: dict[str, Any]) -> bool:
@@ -295,7 +302,8 @@ class _Evaluation:
         assert self.candidate is not None
         reply = self.candidate.request(Construct(), self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
-        self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
+        self.obs.state_dict = StateDictCopy.model_validate({**(reply.fields.get("state_dict") or {}),
+                                                            "drawn": self.parameters_drawn})
         self.phases.end("candidate_construct")
 
     def run_trials(self) -> None:
@@ -343,8 +351,8 @@ class _Evaluation:
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         most = windows.most_calls(io_bytes, device)
-        one_call_ms, _ = self._candidate_window([self._window_seeds.randrange(1 << 62)],
-                                                [self._window_seeds.randrange(1 << 62)], self._limit(_WINDOW_FLOOR_S, 1))
+        one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
+        one_call_ms, _ = self._candidate_window(one[:1], one[1:], self._limit(_WINDOW_FLOOR_S, 1))
         calls = min(calls, windows.resize(1, one_call_ms, window_ms, most))
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])

@@ -40,8 +40,8 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
     device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
     window measures the device; work a call leaves on other streams lands inside it. Each call runs right after
-    `manual_seed(its forward seed)` (problem_module), on both sides, so a stochastic reference (dropout) draws alike. With
-    `keep`, each call's output is appended to it (kept for a hand-over).
+    `manual_seed(its forward seed)` (problem_module), on both sides, so a stochastic reference (dropout) draws alike.
+    With `keep`, each call's output is appended to it (kept for a hand-over).
 
     Returns the process's own view of the window, a diagnostic only (the candidate's is a claim): `host_ms`, its
     clock over the whole window, `inputs_ms` of it making the inputs, and on CUDA `device_ms`, events from after

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 import harness
-from harness.sandbox import problem_module, timing, torchflags
+from harness.sandbox import parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     INIT_FILE,
@@ -164,6 +164,8 @@ class Trusted:
         init_args = list(self.module.get_init_inputs())
         torch.manual_seed(cmd.param_seed)
         model = self.module.Model(*init_args)
+        # Correct means correct for any parameters: the reference's are drawn anew (parameters.draw_fresh).
+        drawn = parameters.draw_fresh(model, cmd.param_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
@@ -223,6 +225,7 @@ class Trusted:
             # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
             "call_ms": 1e3 * min(call_s[1:] or call_s),
             "window_cost_ms": window_cost_ms,
+            "parameters_drawn": drawn,
             "forward_seeds": forward_seeds,
             "stochastic": stochastic,
             "reference_torch_flags": torchflags.snapshot(),

@@ -12,7 +12,7 @@ import pytest
 from harness import demo
 from harness.db import crud, queries
 from harness.problems import get_registry
-from harness.schema import Tolerance
+from harness.schema import StateDictCopy, Tolerance
 from harness.service.reeval import regrade_matching
 
 from ..db.factories import eval_result, new_submission, seed
@@ -130,6 +130,19 @@ def test_submission_page_shows_source_logs_trials_timing_and_provenance(client, 
     bad = store(db, "level2/94", "compile_error", rng_seed=4)
     html = client.get(f"/submissions/{bad}").text
     assert "compile error" in html and "ninja: build stopped" in html and "Traceback" in html
+
+
+def test_submission_page_says_how_the_fresh_reference_parameters_reached_the_model(client, db):
+    spec = get_registry().get("level2/30")
+    text, result = demo.demo_result(random.Random(1), spec, "passed")
+    result.observations.state_dict = StateDictCopy(
+        copied=["beta", "fc.bias", "fc.weight", "gamma", "w_t"], not_copied=["cache"],
+        by_position={"gamma": "group_norm.weight", "beta": "group_norm.bias"}, drawn=["gemm.weight"])
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    item = client.get(f"/submissions/{sid}").text.split('id="parameters">', 1)[1].split("</li>", 1)[0]
+    assert "drawn fresh for this evaluation" in item and "gamma ← group_norm.weight" in unescape(item)
+    assert "No reference values for cache" in item
 
 
 def test_a_cut_off_reply_shows_the_text_as_received(client, db):

@@ -105,6 +105,10 @@ CORPUS: tuple[Exploit, ...] = (
             "the profiler trace of one forward: only library kernels ran", SOLUTION, gpu=True),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the profiler trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
+    Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,
+            "the reference's parameters are drawn fresh for each evaluation (GroupNorm's weight is no longer 1, its "
+            "bias no longer 0) and reach ModelNew by name, or by shape and likeness of name",
+            S + "l30_renamed_affine.py"),
     Exploit("frame walk", A + "frame_walk.py", "flagged", "static:introspection",
             "the candidate's process holds no expected output, seed or judge; static pre-check", HONEST),
 )

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Tolerance
 from harness.verdicts import Verdict
 
@@ -158,10 +159,38 @@ def test_groupnorm_statistics_across_the_batch_is_wrong_answer_with_max_error(ru
     assert r.observations.trials[0].outputs[0].max_abs_err > 1e-2
 
 
-def test_affine_parameters_recreated_with_randn_under_new_names_is_wrong_answer(run_fixture):
-    r = run_fixture("level2/88", "l88_randn_affine_renamed.py")
-    assert r.verdict == Verdict.wrong_answer
-    assert {"gn_gamma", "gn_beta"} <= set(r.observations.state_dict.not_copied)
+def test_affine_parameters_recreated_with_randn_under_new_names_receive_the_references_in_order(run_fixture):
+    # Its forward applies GroupNorm's affine step with its own gn_gamma/gn_beta: the reference's tensors (drawn
+    # fresh) reach them by their names' likeness, so the code is judged on what it computes, not on how it initialises.
+    r = run_fixture("level2/88", "l88_randn_affine_renamed.py", timing=False)
+    assert r.verdict == Verdict.passed, r.message
+    sd = r.observations.state_dict
+    assert sd.by_position == {"gn_gamma": "group_norm.weight", "gn_beta": "group_norm.bias"}
+    assert not sd.not_copied and not sd.reference_unused
+
+
+def test_a_kernel_that_drops_the_affine_step_is_wrong_answer_against_fresh_reference_parameters(run_fixture):
+    r = run_fixture("level2/30", "l30_drops_affine.py", timing=False)
+    assert r.verdict == Verdict.wrong_answer, r.message
+    assert {"group_norm.weight", "group_norm.bias"} <= set(r.observations.state_dict.drawn)
+    # The hole it closes: with the problem's own initialisation (GroupNorm's weight 1, bias 0) it passed.
+    assert run_fixture("level2/30", "l30_drops_affine.py", timing=False,
+                       fresh_parameters=False).verdict == Verdict.passed
+
+
+def test_its_honest_twin_under_its_own_names_passes(run_fixture):
+    r = run_fixture("level2/30", "l30_renamed_affine.py", timing=False)
+    assert r.verdict == Verdict.passed, r.message
+    assert r.observations.state_dict.by_position == {"fc.weight": "gemm.weight", "fc.bias": "gemm.bias",
+                                                     "gamma": "group_norm.weight", "beta": "group_norm.bias"}
+
+
+def test_a_wrong_answer_from_tensors_that_got_no_reference_values_names_them(run_fixture):
+    # Parameters the harness cannot reach keep their own initialisation, which the fresh reference's no longer
+    # equals: the verdict says which tensors got nothing.
+    r = run_fixture("level2/30", "l30_stale_derived_weight.py", timing=False)
+    assert r.verdict == Verdict.wrong_answer, r.message
+    assert "w_t" in r.message and "drawn fresh" in r.message
 
 
 def test_the_same_randn_parameters_under_the_reference_names_pass_thanks_to_the_state_dict_copy(run_fixture):
@@ -200,6 +229,24 @@ def test_infinite_loop_at_import_is_timeout_within_the_limit(run_fixture):
     elapsed = time.monotonic() - t0
     assert r.verdict == Verdict.timeout and "compile phase" in r.message
     assert elapsed < 8 + 15, elapsed  # limit + grace + process start-up
+
+
+def test_an_import_that_hangs_with_no_compiler_running_costs_seconds_not_the_compile_limit(settings, registry,
+                                                                                            tmp_path):
+    idle = settings.model_copy(update={"import_idle_timeout_s": 8.0})
+    t0 = time.monotonic()
+    r = evaluate(registry.get("level2/30"), (SUBMISSIONS / "l30_hang_import.py").read_text(),
+                 EvalOptions(device="cpu", size="small"), idle)  # the problem's compile limit: 600 s
+    assert r.verdict == Verdict.timeout and "no compiler running" in r.message, r.message
+    assert r.observations.candidate_exit.idle_s >= 8.0
+    assert time.monotonic() - t0 < 8 + 20
+    # Its honest twin: a load_inline build longer than that idle limit (a fresh build dir) runs on to a pass.
+    fresh = idle.model_copy(update={"data_dir": tmp_path, "scratch_dir": tmp_path / "scratch"})
+    source = (SUBMISSIONS / "l30_cpp_correct.py").read_text().replace("kh_test_hardtanh", "kh_test_idle_build")
+    t0 = time.monotonic()
+    r = evaluate(registry.get("level2/30"), source, EvalOptions(device="cpu", size="small", timing=False), fresh)
+    assert r.verdict == Verdict.passed, r.message
+    assert time.monotonic() - t0 > 8.0  # the build outlasted the idle limit
 
 
 def test_infinite_loop_in_forward_is_timeout_and_the_whole_process_group_is_killed(run_fixture):
@@ -301,7 +348,6 @@ def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(sett
     (so,) = (settings.data_dir / "builds").glob("*/kh_test_precompiled/*.so")
     built_at = so.stat().st_mtime_ns
     from harness.problems import get_registry
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     r = evaluate(get_registry().get("level2/30"), source, EvalOptions(device="cpu", size="small", timing=False),
                  settings)
@@ -311,7 +357,6 @@ def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(sett
 
 def test_a_broken_problem_file_is_infra_error_not_the_submissions_fault(settings, tmp_path):
     from harness.problems import load_kernelbench_dir
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     level = tmp_path / "level2"
     level.mkdir()
@@ -325,7 +370,6 @@ def test_a_broken_problem_file_is_infra_error_not_the_submissions_fault(settings
 @pytest.mark.parametrize("problem", ["level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"])
 def test_every_builtin_problem_passes_its_own_reference_renamed_modelnew_on_cpu(settings, problem):
     from harness.problems import get_registry
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     spec = get_registry().get(problem)
     source = spec.source().replace("class Model(", "class ModelNew(")
@@ -343,7 +387,6 @@ def _stochastic_problem():
 
 
 def test_a_stochastic_reference_resubmitted_as_itself_passes_with_both_sides_seeded_alike(settings):
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     spec = _stochastic_problem()
     source = spec.source().replace("class Model(", "class ModelNew(")
@@ -354,7 +397,6 @@ def test_a_stochastic_reference_resubmitted_as_itself_passes_with_both_sides_see
 
 
 def test_skipping_a_stochastic_references_dropout_is_wrong_answer(settings):
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     text = (SUBMISSIONS / "l66_skips_dropout.py").read_text()
     r = evaluate(_stochastic_problem(), text, EvalOptions(device="cpu", compile_baseline="off"), settings)
@@ -370,7 +412,6 @@ def test_a_reference_with_no_float64_twin_is_judged_without_the_ground_truth(set
     """KernelBench level3/44 holds a layer in a lambda, so its float64 copy still calls the float32 layer and fails:
     the ground truth is a diagnostic, so the evaluation goes on without it (it was an infra_error)."""
     from harness.problems.registry import get_registry
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     spec = get_registry(SUBMISSIONS.parent / "problems").get("level3/44")
     source = spec.source().replace("class Model(", "class ModelNew(") + "\nModel = ModelNew\n"
