@@ -63,3 +63,8 @@ def test_the_candidate_receives_by_name_then_by_likeness_of_name_among_tensors_o
     assert parameters.match({"w": torch.zeros(3, dtype=torch.float64)}, {"v": torch.zeros(3)}) == {}
     assert parameters.match({"b": torch.zeros(4), "a": torch.zeros(2, 2)},
                             {"x": torch.zeros(2, 2), "y": torch.zeros(4)}) == {"a": "x", "b": "y"}
+
+
+def test_a_lazy_modules_uninitialised_tensors_are_left_alone():
+    net = nn.Sequential(nn.LazyLinear(4), nn.Linear(4, 2))
+    assert parameters.draw_fresh(net, seed=1, fixed=[]) == ["1.weight", "1.bias"]

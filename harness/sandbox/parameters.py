@@ -34,8 +34,8 @@ def draw_fresh(model: torch.nn.Module, seed: int, fixed: list[str]) -> list[str]
     drawn = []
     with torch.no_grad():
         for name, t in model.state_dict(keep_vars=True).items():
-            if not t.is_floating_point() or t.numel() == 0 or _is_fixed(name, fixed):
-                continue
+            if torch.nn.parameter.is_lazy(t) or not t.is_floating_point() or t.numel() == 0 or _is_fixed(name, fixed):
+                continue  # a lazy module's tensors have no values yet
             t.copy_(_fresh(t.detach(), g, parameter=name in params))
             drawn.append(name)
     return drawn
