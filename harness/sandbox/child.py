@@ -54,8 +54,8 @@ def import_submission(path: Path) -> Any:
 
 
 def copy_matching_state(model: torch.nn.Module, reference: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Copy the reference's tensors (drawn fresh for this evaluation) into the candidate's: by name, then by
-    declaration order among tensors of a shape and dtype (parameters.match)."""
+    """Copy the reference's tensors (drawn fresh for this evaluation) into the candidate's: by name, then among
+    tensors of one shape and dtype by likeness of name, then in order (parameters.match)."""
     own = model.state_dict()
     pairs = parameters.match(own, reference)
     if pairs:

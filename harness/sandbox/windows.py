@@ -86,12 +86,22 @@ class WindowSeries:
 
     def said(self, key: str) -> list[float]:
         """The process's figure `key` for each window where it gave a finite, non-negative number."""
-        values = [s.get(key) for s in self.seen]
-        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
-                and math.isfinite(v) and v >= 0]
+        values = [_number(s.get(key)) for s in self.seen]
+        return [v for v in values if v is not None]
 
     def per_call_ms(self, empty_ms: float) -> list[float]:
         return [max(w - empty_ms, 0.0) / self.calls for w in self.wall_ms]
+
+
+def _number(value: Any) -> float | None:
+    """A finite, non-negative float, or None (a claim may be anything JSON holds: 10**400 too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
 
 
 def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
