@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from harness import kernels
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
-from harness.sandbox.protocol import REPLIES, CandidateCommand
+from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand
 from harness.schema import ChildError, ChildExit, FlagChange, KernelTrace, Observations
 from harness.verdicts import Phase
 
@@ -146,6 +146,12 @@ class Candidate:
         if msg.fields.get("nonce") != command.nonce:
             self._violation(f"a {want!r} that answers no command the harness sent (wrong nonce)")
         self._note_flags(msg.fields)
+        if want in REPLY_MODELS:
+            try:
+                REPLY_MODELS[want].model_validate(msg.fields)
+            except ValidationError as e:
+                self._violation(f"a malformed {want!r}: {str(e).splitlines()[0]}; "
+                                f"{'; '.join(str(x['loc']) + ' ' + x['msg'] for x in e.errors()[:3])}")
         return msg
 
     def stop(self) -> None:

@@ -16,7 +16,9 @@ import secrets
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.schema import StateDictCopy
 
 MAX_MESSAGE_BYTES = 1 << 20
 
@@ -151,6 +153,30 @@ class Trace(CandidateCommand):
 
 REPLIES = {"construct": "constructed", "trials": "trials_done", "window": "window_done", "handover": "handed_over",
            "trace": "traced"}
+
+
+# What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol
+# violation, never a fault of the harness's (the window's and the hand-over's fields are diagnostics or nothing).
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ConstructedReply(_Reply):
+    state_dict: StateDictCopy | None = None
+
+
+class TrialsReply(_Reply):
+    outputs_changed: list[int | None]
+    inputs_mutated: list[tuple[int | None, list[int]]]
+
+
+class TracedReply(_Reply):
+    names: list[str] | None = None
+    error: str | None = None
+
+
+REPLY_MODELS: dict[str, type[_Reply]] = {"constructed": ConstructedReply, "trials_done": TrialsReply,
+                                         "traced": TracedReply}
 
 
 class Channel:

@@ -83,6 +83,9 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("output file replaced by a FIFO", A + "output_fifo.py", "runtime_error", None,
             "files the candidate wrote are opened without following links or blocking, and must be regular files "
             "of bounded size", HONEST, message_has="not a regular file"),
+    Exploit("malformed reply to a command", A + "malformed_reply.py", "flagged", "protocol",
+            "every reply the parent reads is validated against its command's reply model: one that does not fit is "
+            "the candidate's protocol violation, never the harness's fault", HONEST),
     Exploit("fake result on stdout", A + "fake_result_stdout.py", "wrong_answer", None,
             "stdout is a log, never parsed; verdicts come from the trusted judge", HONEST),
     Exploit("early exit", A + "early_exit.py", "crashed", None,
