@@ -73,6 +73,12 @@ def profiled_kernel_ms(path: Path, spec, calls: int = 20) -> float:
         return (device_ms(lambda x: model(*x)) - device_ms(lambda x: None)) / calls
 
 
+# Each kind's figures in a row: the parent's, then what each process's own clocks said (diagnostics: CUDA events
+# per call, round trip per window, input making per call).
+FIGURES = {"ms": "median_ms", "spread": "spread", "device_ms": "device_median_ms", "round_trip_ms": "round_trip_ms",
+           "inputs_ms": "inputs_median_ms"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problems", nargs="*", help="KernelBench numbers (default: all six built-ins)")
@@ -98,23 +104,14 @@ def main() -> int:
                                                      target=target, kernel_trace=False), settings)
             o = r.observations
             row = {"verdict": r.verdict.value, "flags": [f.check for f in r.flags], "speedup": r.speedup_vs_eager,
-                   "candidate_ms": o.candidate_timing.median_ms if o.candidate_timing else None,
-                   "eager_ms": o.eager_timing.median_ms if o.eager_timing else None,
-                   "candidate_spread": o.candidate_timing.spread if o.candidate_timing else None,
-                   "eager_spread": o.eager_timing.spread if o.eager_timing else None,
                    "calls_per_window": o.candidate_timing.calls_per_window if o.candidate_timing else None,
-                   # What each process's own clocks said (diagnostics): CUDA events per call, round trip per window.
-                   "candidate_device_ms": o.candidate_timing.device_median_ms if o.candidate_timing else None,
-                   "eager_device_ms": o.eager_timing.device_median_ms if o.eager_timing else None,
-                   "candidate_round_trip_ms": o.candidate_timing.round_trip_ms if o.candidate_timing else None,
-                   "eager_round_trip_ms": o.eager_timing.round_trip_ms if o.eager_timing else None,
                    "overhead_ms": o.eager_timing.overhead_ms if o.eager_timing else None,
-                   "candidate_inputs_ms": o.candidate_timing.inputs_median_ms if o.candidate_timing else None,
-                   "eager_inputs_ms": o.eager_timing.inputs_median_ms if o.eager_timing else None,
                    "timings": {k: t.model_dump(mode="json") if t else None for k, t in
                                (("candidate", o.candidate_timing), ("eager", o.eager_timing))},
                    "wall_s": r.provenance.wall_s if r.provenance else None, "phases": o.phases,
                    "message": r.message[:300]}
+            for kind, t in (("candidate", o.candidate_timing), ("eager", o.eager_timing)):
+                row.update({f"{kind}_{key}": getattr(t, figure) if t else None for key, figure in FIGURES.items()})
             runs[s.id].append(row)
             print(f"[{i + 1}/{args.repeats}] {s.kernelbench_id} {row['verdict']} {row['flags']} "
                   f"speedup {row['speedup'] or 0:.4f} cand {row['candidate_ms'] or 0:.4f} ms eager "
