@@ -1,6 +1,6 @@
 """Hostile submissions on a GPU: a CUDA fault or a hung kernel kills that child only and the GPU passes
 the worker's health check afterwards; a 200 GB allocation is an error; the sandbox user can use the GPU.
-Marked `gpu` (scripts/device-hostile.sh runs them on the lent H100)."""
+Marked `gpu` (scripts/device-hostile.sh runs them on an H100 host)."""
 
 from __future__ import annotations
 
