@@ -226,6 +226,7 @@ def _unreliable_timing(obs: Observations) -> str | None:
     why = [f"the timed windows spread {', '.join(noisy)} (interquartile range over median; limit "
            f"{SPREAD_LIMIT:.0%})"] if noisy else []
     why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
+    why += [obs.windows_sized_down] if obs.windows_sized_down else []
     return "; ".join(why) or None
 
 

@@ -224,6 +224,9 @@ class Observations(BaseModel):
     # The reference draws random numbers in forward (dropout): its output changed with the forward seed. Both sides
     # then run each call right after torch.manual_seed(the same fresh seed), so drawing as PyTorch does matches.
     stochastic_reference: bool | None = None
+    # Set where the candidate's warm-up windows sized the timed ones below what eager's speed asks for, and its timed
+    # windows then ran far short of their target: a figure from such short windows is not ranked.
+    windows_sized_down: str | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None

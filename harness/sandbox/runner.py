@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import secrets
+import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -351,6 +352,7 @@ class _Evaluation:
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         most = windows.most_calls(io_bytes, device)
+        by_eager = calls
         one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
         one_call_ms, _ = self._candidate_window(one[:1], one[1:], self._limit(_WINDOW_FLOOR_S, 1))
         calls = min(calls, windows.resize(1, one_call_ms, window_ms, most))
@@ -359,8 +361,8 @@ class _Evaluation:
         draw = secrets.SystemRandom()
         for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
             if r > -2:  # sized again on the last round's slower kind: the prepare phase's calls ran cold
-                warm = max(walls["eager"][-1], walls["candidate"][-1])
-                calls = windows.resize(calls, warm, window_ms, most)
+                by_eager = windows.resize(calls, walls["eager"][-1], window_ms, most)
+                calls = min(by_eager, windows.resize(calls, walls["candidate"][-1], window_ms, most))
                 window_limit = self._limit(_WINDOW_FLOOR_S, calls)
             if r == 0:
                 for kind in kinds:
@@ -384,6 +386,13 @@ class _Evaluation:
                 seen[kind].append(said)
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
         self.obs.timed_outputs = check
+        # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
+        # last about their target when timed, or a faster reply of its own counts for more of each short window.
+        timed_ms = statistics.median(walls["candidate"])
+        if calls < by_eager and timed_ms < window_ms / 2:
+            self.obs.windows_sized_down = (
+                f"windows of {calls} calls (eager's speed asks for {by_eager}), sized on the candidate's warm-up "
+                f"windows, lasted {timed_ms:.3g} ms when timed, under half the {window_ms:g} ms aimed at")
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in kinds}
         self.obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
         self.obs.eager_timing = windows.stats(series["eager"], series["empty"])
