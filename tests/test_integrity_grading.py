@@ -96,6 +96,10 @@ def test_noisy_windows_pass_unranked_as_timing_unreliable():
     assert "candidate 40.0%" in g.flags[0].detail
     steady = grade(_passing(candidate_timing=_window_timing(1.0), eager_timing=_window_timing(1.0)), TOL)
     assert steady.verdict == Verdict.passed and steady.flags == []
+    short = grade(_passing(candidate_timing=_window_timing(1.0), eager_timing=_window_timing(1.0),
+                           windows_sized_down="windows of 2 calls (eager's speed asks for 19) ..."), TOL)
+    assert short.verdict == Verdict.passed and [f.check for f in short.flags] == ["timing_unreliable"]
+    assert "eager's speed asks for 19" in short.flags[0].detail
 
 
 def test_results_timed_in_process_before_windows_still_grade():

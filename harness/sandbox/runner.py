@@ -20,7 +20,6 @@ import logging
 import os
 import random
 import secrets
-import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -388,11 +387,7 @@ class _Evaluation:
         self.obs.timed_outputs = check
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
-        timed_ms = statistics.median(walls["candidate"])
-        if calls < by_eager and timed_ms < window_ms / 2:
-            self.obs.windows_sized_down = (
-                f"windows of {calls} calls (eager's speed asks for {by_eager}), sized on the candidate's warm-up "
-                f"windows, lasted {timed_ms:.3g} ms when timed, under half the {window_ms:g} ms aimed at")
+        self.obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], window_ms)
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in kinds}
         self.obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
         self.obs.eager_timing = windows.stats(series["eager"], series["empty"])

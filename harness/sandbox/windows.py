@@ -52,6 +52,17 @@ def resize(calls: int, warm_window_ms: float, window_ms: float, most: int) -> in
     return max(1, min(math.ceil(window_ms / per_call), most, MAX_CALLS_PER_WINDOW))
 
 
+def sized_down(calls: int, by_eager: int, candidate_ms: list[float], window_ms: float) -> str | None:
+    """Why windows sized below what eager's speed asks for, on the candidate's (slow) warm-up windows, cannot rank:
+    when timed they lasted under half their target. Such short windows let a faster reply of the candidate's own
+    count for more of each window. None where the sizing held."""
+    timed_ms = statistics.median(candidate_ms)
+    if calls >= by_eager or timed_ms >= window_ms / 2:
+        return None
+    return (f"windows of {calls} calls (eager's speed asks for {by_eager}), sized on the candidate's warm-up windows, "
+            f"lasted {timed_ms:.3g} ms when timed, under half the {window_ms:g} ms aimed at")
+
+
 def check_chance(rounds: int, output_bytes: int) -> float:
     """The chance that a window's outputs are checked: every window where the hand-overs fit HANDOVER_BYTES, else
     enough for MIN_CHECKED_WINDOWS on average. A submission cannot know which windows will be checked (it is

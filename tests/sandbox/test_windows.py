@@ -79,3 +79,12 @@ def test_the_processes_own_clocks_are_kept_as_diagnostics_only_where_every_windo
     s = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0], seen=forged), empty)
     assert s.device_median_ms is None and s.round_trip_ms is None and s.median_ms == pytest.approx(3.0)
     assert windows.stats(WindowSeries(calls=10, wall_ms=[31.0]), empty).device_median_ms is None
+
+
+def test_windows_sized_down_on_slow_warm_ups_and_short_when_timed_cannot_rank():
+    # A submission slow only while the windows were sized: 2 calls a window where eager asks for 19, 3 ms timed.
+    why = windows.sized_down(2, 19, [3.0, 2.9, 3.2], 60.0)
+    assert why and "2 calls" in why and "19" in why
+    # Its honest twins: slow when timed too (the windows last their target), or sized by eager's speed alone.
+    assert windows.sized_down(2, 19, [61.0, 59.0, 62.0], 60.0) is None
+    assert windows.sized_down(19, 19, [3.0, 3.0, 3.0], 60.0) is None
