@@ -3,6 +3,7 @@
 
     python benchmarks/timing_fidelity.py --repeats 5 --json $OUT/fidelity.json            # A/A, six problems
     python benchmarks/timing_fidelity.py --solutions --repeats 3 --json $OUT/solutions.json
+    python benchmarks/timing_fidelity.py --repeats 5 --json aa.json --resume   # add the repeats aa.json lacks
 
 A/A: each problem's reference, renamed ModelNew, evaluated against itself through the whole pipeline
 (`harness.sandbox.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
@@ -84,8 +85,12 @@ def main() -> int:
     parser.add_argument("problems", nargs="*", help="KernelBench numbers (default: all six built-ins)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--solutions", action="store_true", help="the reference solutions, not A/A")
-    parser.add_argument("--json", type=Path, help="write raw results here")
+    parser.add_argument("--json", type=Path, help="write raw results here (rewritten after each evaluation)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the evaluations already in --json and run only the repeats it lacks")
     args = parser.parse_args()
+    if args.resume and not args.json:
+        parser.error("--resume needs --json")
     settings = get_settings()
     specs = [s for s in get_registry().all() if not args.problems or s.kernelbench_id.split("/")[1] in args.problems]
     target = probe_device("cuda", settings)
@@ -97,9 +102,14 @@ def main() -> int:
         for s in specs:
             precompile(texts[s.id], target, settings)
     runs: dict[str, list[dict]] = {s.id: [] for s in specs}
+    if args.resume and args.json.exists():
+        kept = json.loads(args.json.read_text())["runs"]
+        runs.update({k: v for k, v in kept.items() if k in runs})
     t0 = time.monotonic()
     for i in range(args.repeats):
         for s in specs:
+            if len(runs[s.id]) > i:
+                continue
             r = evaluate(s, texts[s.id], EvalOptions(device="cuda", size="default", compile_baseline="off",
                                                      target=target, kernel_trace=False), settings)
             o = r.observations
@@ -121,19 +131,15 @@ def main() -> int:
                   f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, inputs "
                   f"{row['candidate_inputs_ms'] or 0:.3f} / {row['eager_inputs_ms'] or 0:.3f} ms a call, "
                   f"{row['calls_per_window']} calls", flush=True)
+            if args.json:
+                write(args.json, target, summarize(specs, runs), runs)
     print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
-    table = []
-    for s in specs:
-        speedups = [r["speedup"] for r in runs[s.id] if r["speedup"]]
-        cand = [r["candidate_ms"] for r in runs[s.id] if r["candidate_ms"]]
-        row = {"problem": s.kernelbench_id, "passed": sum(r["verdict"] == "passed" for r in runs[s.id]),
-               "runs": len(runs[s.id]), "median_speedup": statistics.median(speedups) if speedups else None,
-               "speedup_spread": (max(speedups) - min(speedups)) / statistics.median(speedups) if speedups else None,
-               "median_candidate_ms": statistics.median(cand) if cand else None}
-        if args.solutions:
+    table = summarize(specs, runs)
+    if args.solutions:
+        for row, s in zip(table, specs, strict=True):
             row["profiler_ms"] = profiled_kernel_ms(solution_for(s.kernelbench_id), s)
-            row["harness_over_profiler"] = row["median_candidate_ms"] / row["profiler_ms"] - 1 if cand else None
-        table.append(row)
+            row["harness_over_profiler"] = (row["median_candidate_ms"] / row["profiler_ms"] - 1
+                                            if row["median_candidate_ms"] else None)
     head = "| problem | passed | median speedup vs eager | spread (max-min)/median | median ms |"
     sep = "|---|---|---|---|---|"
     if args.solutions:
@@ -146,9 +152,26 @@ def main() -> int:
             line += f" {row['profiler_ms']:.4f} | {row['harness_over_profiler'] or 0:+.2%} |"
         print(line)
     if args.json:
-        args.json.write_text(json.dumps({"device": target.model_dump(mode="json"), "table": table, "runs": runs},
-                                        indent=1))
+        write(args.json, target, table, runs)
     return 0
+
+
+def summarize(specs, runs: dict[str, list[dict]]) -> list[dict]:
+    """One row a problem: how many passed, the median speedup and its spread, the median candidate time."""
+    table = []
+    for s in specs:
+        speedups = [r["speedup"] for r in runs[s.id] if r["speedup"]]
+        cand = [r["candidate_ms"] for r in runs[s.id] if r["candidate_ms"]]
+        table.append({"problem": s.kernelbench_id, "passed": sum(r["verdict"] == "passed" for r in runs[s.id]),
+                      "runs": len(runs[s.id]), "median_speedup": statistics.median(speedups) if speedups else None,
+                      "speedup_spread": ((max(speedups) - min(speedups)) / statistics.median(speedups)
+                                         if speedups else None),
+                      "median_candidate_ms": statistics.median(cand) if cand else None})
+    return table
+
+
+def write(path: Path, target, table: list[dict], runs: dict[str, list[dict]]) -> None:
+    path.write_text(json.dumps({"device": target.model_dump(mode="json"), "table": table, "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":
