@@ -28,9 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import artifacts  # noqa: E402
 from harness.config import get_settings  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.sandbox.runner import EvalOptions, evaluate, precompile, probe_device  # noqa: E402
+from harness.sandbox.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
+from harness.submission import extract  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions"
 
@@ -40,8 +42,11 @@ def solution_for(kernelbench_id: str) -> Path:
     return path
 
 
-def profiled_kernel_ms(path: Path, spec, calls: int = 20) -> float:
-    """The solution's kernels' device time per call (CUPTI), in this process, at the problem's default size."""
+def profiled_kernel_ms(path: Path, spec, target, settings, calls: int = 20) -> float:
+    """The solution's kernels' device time per call (CUPTI), in this process, at the problem's default size.
+    Its extension is loaded from the build its evaluations used (the harness's build cache), not built again."""
+    import os
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -50,6 +55,10 @@ def profiled_kernel_ms(path: Path, spec, calls: int = 20) -> float:
 
     problem = problem_module.load_problem(ProblemLoad(path=spec.source_path, overrides=spec.size("default").overrides),
                                           module_name=f"_fidelity_{spec.kernelbench_id.replace('/', '_')}")
+    key = artifacts.build_key(extract(path.read_text()).source, **build_inputs(target))
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(artifacts.build_dir(settings, key))
+    if target.compute_capability:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = target.compute_capability
     module_spec = importlib.util.spec_from_file_location(f"_solution_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
@@ -137,7 +146,7 @@ def main() -> int:
     table = summarize(specs, runs)
     if args.solutions:
         for row, s in zip(table, specs, strict=True):
-            row["profiler_ms"] = profiled_kernel_ms(solution_for(s.kernelbench_id), s)
+            row["profiler_ms"] = profiled_kernel_ms(solution_for(s.kernelbench_id), s, target, settings)
             row["harness_over_profiler"] = (row["median_candidate_ms"] / row["profiler_ms"] - 1
                                             if row["median_candidate_ms"] else None)
     head = "| problem | passed | median speedup vs eager | spread (max-min)/median | median ms |"

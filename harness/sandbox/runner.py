@@ -484,8 +484,8 @@ class _Evaluation:
 def _target_changes(target: Provenance, probed: Provenance) -> str:
     """What differs between a slot's probed target and what this evaluation's trusted child found, among what the
     candidate's process was started for: its device and the inputs of its build dir's key."""
-    before = {"device": target.device, **_build_inputs(target)}
-    after = {"device": probed.device, **_build_inputs(probed)}
+    before = {"device": target.device, **build_inputs(target)}
+    after = {"device": probed.device, **build_inputs(probed)}
     return "; ".join(f"{k} {before[k]!r} -> {after[k]!r}" for k in before if before[k] != after[k])
 
 
@@ -500,7 +500,7 @@ def trusted_cache_env(settings: Settings) -> dict[str, str]:
     return {}
 
 
-def _build_inputs(target: Provenance) -> dict[str, str | None]:
+def build_inputs(target: Provenance) -> dict[str, str | None]:
     """What a build dir's key takes from its target (artifacts.build_key's keyword arguments)."""
     return {"arch": target.compute_capability or "cpu", "torch_version": target.torch_version,
             "cuda_version": target.cuda_version, "python": target.python_version}
@@ -509,7 +509,7 @@ def _build_inputs(target: Provenance) -> dict[str, str | None]:
 def _build_env(source: str, target: Provenance, settings: Settings, home: Path,
                extra_env: dict[str, str]) -> tuple[Path, dict[str, str]]:
     """The build dir for this source on this target, and the environment a build there needs."""
-    key = artifacts.build_key(source, **_build_inputs(target))
+    key = artifacts.build_key(source, **build_inputs(target))
     builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
     builds.mkdir(exist_ok=True)
     env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
