@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -123,6 +124,31 @@ def _same_outputs(a: Any, b: Any) -> bool:
                and torch.equal(x.nan_to_num(), y.nan_to_num()) for x, y in zip(la, lb, strict=True))
 
 
+
+class ExchangeSpace(RuntimeError):
+    """The exchange dir's filesystem cannot hold an evaluation at this size: the host's limit, not the submission's."""
+
+
+def _tensor_bytes(values: list[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+
+def check_exchange_space(exchange_dir: Path, trials: int, input_bytes: int, output_bytes: int) -> None:
+    """Fail before the disk fills: the trials' input files and the candidate's output files (written each once,
+    kept until the judge) must fit on the exchange dir's filesystem, with a tenth to spare. Otherwise a full disk
+    halfway through would surface as a torch.save error with nothing to say why (KernelBench's level1 files at their
+    own size: 7 trials of 6.4 GB inputs and outputs, 90 GB, on a 64 GB disk)."""
+    need = trials * (input_bytes + output_bytes)
+    free = shutil.disk_usage(exchange_dir).free
+    if need * 1.1 > free:
+        raise ExchangeSpace(
+            f"at this size an evaluation writes {need / 2**30:.1f} GiB of trial inputs and outputs "
+            f"({trials} trials of {input_bytes / 2**30:.2f} GiB in, {output_bytes / 2**30:.2f} GiB out) to "
+            f"{exchange_dir.parent}, whose filesystem has {free / 2**30:.1f} GiB free: evaluate the problem at a "
+            f"smaller size (a size variant, or `harness selfcheck --sizes reduced`), or give the scratch dir "
+            f"(HARNESS_SCRATCH_DIR) more room")
+
+
 class UntrustedFile(Exception):
     """A file the candidate wrote that is not a regular file of acceptable size: the submission's fault."""
 
@@ -200,6 +226,8 @@ class Trusted:
                 if i == 0:  # the same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
                     stochastic = not _same_outputs(self.model(*on_device), self.expected[0])
+                    check_exchange_space(cmd.exchange_dir, len(distributions), _tensor_bytes(inputs),
+                                         _tensor_bytes(_as_list(self.expected[0]) or []))
         problem_module.synchronize(self.device)
         del model64
         outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]

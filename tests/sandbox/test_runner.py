@@ -420,3 +420,63 @@ def test_a_reference_with_no_float64_twin_is_judged_without_the_ground_truth(set
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
     (out,) = r.observations.trials[0].outputs
     assert out.max_abs_err == 0.0 and out.err_vs_fp64 is None
+
+
+_RELU = """import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+batch_size = {batch}
+dim = 4096
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture
+def small_scratch(settings, tmp_path):
+    """Settings whose scratch dir is a 24 MiB tmpfs (root only: skipped where mounting is not allowed)."""
+    mount = tmp_path / "scratch"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield settings.model_copy(update={"scratch_dir": mount})
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize(("batch", "fits"), [(128, False), (16, True)])
+def test_a_size_whose_trial_files_cannot_fit_the_scratch_disk_is_the_hosts_limit_said_plainly(
+        small_scratch, tmp_path, batch, fits):
+    """KernelBench's level1 files at their own size write 90 GB of trial inputs and outputs: on a 64 GB disk the
+    evaluation failed half-way with torch.save's "unexpected pos 704 vs 598". Here 7 trials of 2 MiB in and out
+    (28 MiB) on a 24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do;
+    the same problem at an eighth of the size passes on the same disk."""
+    from harness.problems import load_kernelbench_dir
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "19_ReLU.py").write_text(_RELU.format(batch=batch))
+    (spec,) = load_kernelbench_dir(level)
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), small_scratch)
+    if fits:
+        assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+        return
+    assert r.verdict == Verdict.infra_error and not r.verdict.is_submission_fault
+    assert "ExchangeSpace" in r.message and "GiB free" in r.message and "smaller size" in r.message, r.message
+
+
+def test_the_exchange_space_check_counts_every_trials_input_and_output(tmp_path, monkeypatch):
+    import collections
+
+    from harness.sandbox import trusted
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(trusted.shutil, "disk_usage", lambda _: usage(0, 0, 100 << 20))
+    trusted.check_exchange_space(tmp_path, 7, 6 << 20, 6 << 20)  # 84 MiB (92 with a tenth to spare) of 100
+    with pytest.raises(trusted.ExchangeSpace, match=r"7 trials of 0.01 GiB in, 0.01 GiB out"):
+        trusted.check_exchange_space(tmp_path, 7, 7 << 20, 6 << 20)  # 91 MiB, 100 with the tenth
