@@ -75,10 +75,6 @@ _PROBE_TIMEOUT_S = 120.0
 _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
 _HEADROOM = 50.0  # times the reference's time per call
-# Besides its forward, a call costs its share of the window (making inputs, the L2 flush: measured by the trusted
-# side) and, when its files are written and read (trials, hand-overs), its bytes at a slow disk's rate: a problem
-# with gigabyte tensors (KernelBench's level1 at its own size) spends seconds on files around a millisecond call.
-_DISK_BYTES_PER_MS = 100e3  # 100 MB/s
 
 
 class _Phases:
@@ -213,7 +209,7 @@ class _Evaluation:
         self.candidate: Candidate | None = None
         self.trusted: Trusted | None = None
         self.run_limit = options.run_timeout_s or spec.run_timeout_s
-        self.call_cost_ms = 0.0  # what a call costs the reference, once prepared: forward, window share, files
+        self.call_ms = 0.0  # the reference's time per call, once prepared
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
 
@@ -275,8 +271,7 @@ class _Evaluation:
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
         prepared = self.trusted.wait("prepared").fields
-        self.call_cost_ms = float(prepared["call_ms"]) + float(prepared["window_cost_ms"]) + (
-            prepared["input_bytes"] + prepared["output_bytes"]) / _DISK_BYTES_PER_MS
+        self.call_ms = float(prepared["call_ms"])
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
         self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
@@ -467,9 +462,9 @@ class _Evaluation:
     # --- helpers -------------------------------------------------------------------------------------------
 
     def _limit(self, floor_s: float, calls: int) -> float:
-        """A command's deadline: generous headroom over what its calls cost the reference, above a floor, under the
+        """A command's deadline: generous headroom over the reference's time for its calls, above a floor, under the
         problem's run limit."""
-        return min(self.run_limit, max(floor_s, _HEADROOM * calls * self.call_cost_ms / 1e3))
+        return min(self.run_limit, max(floor_s, _HEADROOM * calls * self.call_ms / 1e3))
 
     def _size_for(self, device: str) -> str:
         """`auto`: the problem's small size on the CPU where it has one, else its default."""
