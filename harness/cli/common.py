@@ -31,9 +31,8 @@ def find_problem(problems_dir: Path | None, problem: str) -> ProblemSpec:
         raise typer.Exit(2) from None
 
 
-def require_cuda(settings: Settings) -> None:
+def require_cuda(settings: Settings, instead: str = "cpu or auto") -> None:
     """A usage error (exit 2) when --device cuda was asked for and no CUDA device is visible."""
     why = cuda_device_missing(settings)
     if why is not None:
-        raise typer.BadParameter(f"no CUDA device is visible ({why}); use --device cpu or auto",
-                                 param_hint="--device")
+        raise typer.BadParameter(f"no CUDA device is visible ({why}); use --device {instead}", param_hint="--device")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.cli.common import require_cuda
 from harness.config import get_settings
 from harness.problems import get_registry
 from harness.service import selfcheck as sc
@@ -72,6 +73,12 @@ def selfcheck_command(
     if sizes not in ("auto", "reduced", "default"):
         typer.echo(f"error: --sizes must be auto, reduced or default, not {sizes!r}", err=True)
         raise typer.Exit(2)
+    if device == "cuda":
+        require_cuda(get_settings(), instead="cpu")
+        if jobs > 1:  # allowed, for verdicts in less time; the user should know what it costs
+            typer.echo(f"note: --jobs {jobs} runs {jobs} evaluations on one GPU at once: they share its memory (each "
+                       "holds its trials' outputs there) and the scratch disk, and disturb each other's timed "
+                       "windows; quote A/A speedups from --jobs 1", err=True)
     problems_dir = problems_dir.resolve()
     names = list(sc.CI_SAMPLE) if sample == "ci" else [s.strip() for s in (sample or "").split(",") if s.strip()]
     try:

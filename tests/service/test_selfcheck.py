@@ -77,6 +77,29 @@ def test_usage_errors_exit_2_with_what_to_fix(tmp_path: Path):
     assert r.exit_code == 2 and "'level1/999', which is no problem of this folder" in r.output
 
 
+def test_cuda_without_a_visible_gpu_is_a_usage_error_not_a_table_of_infra_errors(monkeypatch):
+    """It was: every row infra_error, "device 'cuda' was asked for but torch sees no CUDA device", exit 0."""
+    import harness.cli.common as common
+
+    monkeypatch.setattr(common, "cuda_device_missing", lambda settings: "torch sees no CUDA device")
+    r = CliRunner().invoke(app, ["selfcheck", "--problems-dir", str(SAMPLE_DIR), "--device", "cuda"])
+    assert r.exit_code == 2 and "no CUDA device is visible" in r.output and "use --device cpu" in r.output, r.output
+    assert "auto" not in r.output  # selfcheck takes cpu or cuda
+
+
+@pytest.mark.parametrize("jobs", [1, 4])
+def test_jobs_sharing_one_gpu_are_told_what_that_costs(monkeypatch, jobs):
+    """On the H100, --jobs 4 ran four evaluations on one GPU: four ran out of its memory and A/A speedups were
+    measured side by side. Allowed (verdicts in less time), but said; --jobs 1 says nothing."""
+    import harness.cli.selfcheck as cli
+
+    monkeypatch.setattr(cli, "require_cuda", lambda settings, instead: None)
+    r = CliRunner().invoke(app, ["selfcheck", "--problems-dir", str(SAMPLE_DIR), "--device", "cuda",
+                                 "--jobs", str(jobs), "--sample", "level1/999"])  # stops at the sample: runs nothing
+    assert r.exit_code == 2
+    assert ("note: --jobs 4 runs 4 evaluations on one GPU at once" in r.output) == (jobs == 4), r.output
+
+
 @pytest.mark.slow
 def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_twin(tmp_path: Path):
     """Dropout in training mode draws a new mask per call: both sides run each call after the same fresh
