@@ -452,9 +452,10 @@ def small_scratch(settings, tmp_path):
 def test_a_size_whose_trial_files_cannot_fit_the_scratch_disk_is_the_hosts_limit_said_plainly(
         small_scratch, tmp_path, batch, fits):
     """KernelBench's level1 files at their own size write 90 GB of trial inputs and outputs: on a 64 GB disk the
-    evaluation failed half-way with torch.save's "unexpected pos 704 vs 598". Here 7 trials of 2 MiB in and out
-    (28 MiB) on a 24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do;
-    the same problem at an eighth of the size passes on the same disk."""
+    evaluation failed half-way with torch.save's "unexpected pos 704 vs 598" (on the CPU: runtime_error, the
+    submission blamed). Here 6 trials (the settings' 5 and the extra one) of 2 MiB in and 2 MiB out, 24 MiB, on a
+    24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do; the same
+    problem at an eighth of the size passes on the same disk."""
     from harness.problems import load_kernelbench_dir
 
     level = tmp_path / "level1"
