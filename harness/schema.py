@@ -216,6 +216,8 @@ class Observations(BaseModel):
     # Where the evaluation's wall time went, on the parent's clock, in the order the phases ran: seconds from
     # the end of the previous phase to the end of this one (see runner._Phases). Never graded.
     phases: dict[str, float] = Field(default_factory=dict)
+    # The trusted process had served an earlier evaluation of this problem on the slot (kept warm: warm.py).
+    trusted_warm: bool = False
     candidate_error: ChildError | None = None
     flag_changes: list[FlagChange] = Field(default_factory=list)
     trials_expected: int = 0

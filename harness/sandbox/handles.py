@@ -36,6 +36,7 @@ class Trusted:
         self.timeout_s = timeout_s
         self.pending: tuple[str | None, float, float] = (None, 0.0, 0.0)  # command, deadline, limit
         self.sent_at = 0.0
+        self.in_sync = True  # every command sent has had its reply: the process can serve another evaluation
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.send(command, timeout_s)
@@ -52,6 +53,7 @@ class Trusted:
         """Send a command without waiting for its answer (`wait` collects it); its time limit starts now."""
         limit = timeout_s or self.timeout_s
         text = json.dumps(command, default=str)  # before the clock starts, as for the candidate's commands
+        self.in_sync = False
         self.sent_at = time.monotonic()
         self.pending = (command.get("cmd"), self.sent_at + limit, limit)
         self.proc.send(text)
@@ -63,6 +65,7 @@ class Trusted:
             while True:
                 msg = self.proc.next_message(deadline)
                 if msg.event == reply:
+                    self.in_sync = True
                     return msg
                 if msg.event == "failed":
                     raise TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))

@@ -53,7 +53,8 @@ class PrepareCommand(BaseModel):
     cmd: Literal["prepare"] = "prepare"
     problem: ProblemLoad
     device: Literal["auto", "cpu", "cuda"]
-    param_seed: int
+    param_seed: int  # the seed both sides build their model under (KernelBench's rule)
+    draw_seed: int  # the fresh parameters' (see parameters.draw_fresh)
     input_seed: int  # secret: never leaves the trusted process
     trials: int
     extra_distribution: bool = True  # one more trial on randn*2+0.5 inputs (see problem_module)

@@ -35,6 +35,7 @@ from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities, limits, windows
 from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
+from harness.sandbox.warm import TrustedPool, WarmTrusted
 from harness.sandbox.protocol import (
     CandidateRequest,
     CheckHandoverCommand,
@@ -113,6 +114,8 @@ class EvalOptions:
     # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
     # instead of after its probe (and starts again after it, if the trusted child finds something else).
     target: Provenance | None = None
+    # A slot's warm trusted process, kept between its evaluations (see warm.py); None: one for this evaluation.
+    trusted_pool: TrustedPool | None = None
 
 
 def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
@@ -186,6 +189,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
         except CandidateStopped:
             pass  # why is in obs: the grade says what it means
         except (TrustedFailed, ChildExited, ValidationError, KeyError) as e:
+            ev.keep_trusted = False
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, TrustedFailed) else str(e)
     return ev.provenance, ev.size
 
@@ -199,6 +203,7 @@ class _Evaluation:
         self.tolerance, self.obs, self.job = tolerance, obs, job
         seed = options.seed if options.seed is not None else secrets.randbelow(1 << 62)
         self.param_seed, self.input_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62)
+        self.draw_seed = (seed * 15485863) % (1 << 62)  # the fresh parameters'; param_seed builds the models
         # Window seeds: from the OS unless the caller fixed the evaluation's seed (reproducing a run).
         self._window_seeds = secrets.SystemRandom() if options.seed is None else \
             random.Random(seed * 104729)  # noqa: S311 - a run reproduced on purpose: its seeds are no secret
@@ -208,6 +213,8 @@ class _Evaluation:
         self.phases = _Phases(obs)
         self.candidate: Candidate | None = None
         self.trusted: Trusted | None = None
+        self.warm: WarmTrusted | None = None  # the trusted process as its pool keeps it, where there is a pool
+        self.keep_trusted = True  # False once the trusted side failed: it serves no other evaluation
         self.run_limit = options.run_timeout_s or spec.run_timeout_s
         self.call_ms = 0.0  # the reference's time per call, once prepared
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
@@ -221,33 +228,69 @@ class _Evaluation:
             d.mkdir(mode=0o700)
         try:
             yield self
+        except BaseException:
+            self.keep_trusted = False
+            raise
         finally:
             if self.candidate is not None:
                 self.candidate.finish()
                 self.phases.end("candidate_exit")
-            if self.trusted is not None:
-                with contextlib.suppress(ChildExited):
-                    self.trusted.proc.send({"cmd": "exit"})
-                self.trusted.proc.wait_exit(self.settings.kill_grace_s)
-                self.trusted.proc.reap()
+            self._end_trusted()
             self.phases.end("teardown")
+
+    def _end_trusted(self) -> None:
+        """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends."""
+        if self.warm is not None:
+            with contextlib.suppress(OSError):
+                (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
+            pool = self.options.trusted_pool
+            if self.keep_trusted and pool is not None:
+                pool.keep(self.warm)
+            else:
+                self.warm.close()
+        elif self.trusted is not None:
+            with contextlib.suppress(ChildExited):
+                self.trusted.proc.send({"cmd": "exit"})
+            self.trusted.proc.wait_exit(self.settings.kill_grace_s)
+            self.trusted.proc.reap()
 
     # --- the phases, in order ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """The trusted child (and, with a known target, the candidate's process beside it); then the probe."""
+        """The trusted child, warm from the slot's pool where it has one for this problem, else started and probed
+        (with a known target, the candidate's process starts beside it)."""
         o = self.options
-        env = scrubbed_env({**trusted_cache_env(self.settings), **o.extra_env}, self.trusted_home)
-        proc = ChildProcess("harness.sandbox.trusted", [], cwd=self.trusted_home, env=env,
-                            log_path=self.job / "trusted.log", kill_grace_s=self.settings.kill_grace_s,
-                            jail=limits.jail(self.settings, untrusted=False))
-        self.trusted = Trusted(proc, self.settings.reference_timeout_s)
-        if o.target is not None and o.device in ("auto", o.target.device):
-            self.candidate = self._start_candidate(o.target)
-        proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
-        self.phases.end("reference_start")
-        probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", _PROBE_TIMEOUT_S)
-        self.phases.end("probe")
+        pool = o.trusted_pool
+        extra = {**trusted_cache_env(self.settings), **o.extra_env}
+        key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
+               self.spec.model_dump_json(), o.device, o.size, tuple(sorted(extra.items())))
+        self.warm = pool.take(key) if pool is not None else None
+        if self.warm is not None:
+            # Both sides build their model under the seed the warm reference was built with (KernelBench's rule).
+            self.trusted, self.param_seed, probed = self.warm.trusted, self.warm.model_seed, self.warm.probed
+            if o.target is not None and o.device in ("auto", o.target.device):
+                self.candidate = self._start_candidate(o.target)
+            self.phases.end("reference_start")
+        else:
+            home = pool.home() if pool is not None else self.trusted_home
+            log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
+            proc = ChildProcess("harness.sandbox.trusted", [], cwd=home, env=scrubbed_env(extra, home),
+                                log_path=log_path, kill_grace_s=self.settings.kill_grace_s,
+                                jail=limits.jail(self.settings, untrusted=False))
+            self.trusted = Trusted(proc, self.settings.reference_timeout_s)
+            if pool is not None:
+                pool.started += 1
+                self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
+                                        self.settings.kill_grace_s)
+            if o.target is not None and o.device in ("auto", o.target.device):
+                self.candidate = self._start_candidate(o.target)
+            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+            self.phases.end("reference_start")
+            probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", _PROBE_TIMEOUT_S)
+            self.phases.end("probe")
+            if self.warm is not None:
+                self.warm.probed = probed
+        self.obs.trusted_warm = self.warm is not None and self.warm.evaluations > 0
         self.provenance = Provenance(started_at=datetime.now(timezone.utc), **probed)
         if self.candidate is not None and o.target is not None:
             changed = _target_changes(o.target, self.provenance)
@@ -264,7 +307,8 @@ class _Evaluation:
         device = self.provenance.device
         self.size = self._size_for(device)
         self.trusted.send(PrepareCommand(
-            problem=self._load(self.size), device=device, param_seed=self.param_seed, input_seed=self.input_seed,
+            problem=self._load(self.size), device=device, param_seed=self.param_seed, draw_seed=self.draw_seed,
+            input_seed=self.input_seed,
             trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
             fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
         ).model_dump(mode="json"))

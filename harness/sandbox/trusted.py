@@ -183,21 +183,53 @@ class Trusted:
         self.distributions: list[str] = []
         self.flush: torch.Tensor | None = None
         self.max_output_file = 64 << 20
+        self.init_args: list[Any] = []
+        self.initial_state: dict[str, torch.Tensor] | None = None
+        self._built: tuple[str, str, int] | None = None
+        self._peaks: dict[str, Any] | None = None
 
-    def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
+    def _build(self, cmd: PrepareCommand) -> None:
+        """The problem's module and its reference Model on the device, built once per process: a warm trusted
+        process serves evaluation after evaluation of one problem, size and device, and its torch.compile
+        baseline stays compiled. What the Model was built with is kept to be restored before each evaluation."""
+        key = (cmd.problem.model_dump_json(), cmd.device, cmd.param_seed)
+        if self.model is not None and key == self._built:
+            assert self.initial_state is not None
+            self.model.load_state_dict(self.initial_state)
+            return
         self.device = problem_module.resolve_device(cmd.device)
         self.module = problem_module.load_problem(cmd.problem)
-        init_args = list(self.module.get_init_inputs())
+        self.init_args = list(self.module.get_init_inputs())
         torch.manual_seed(cmd.param_seed)
-        model = self.module.Model(*init_args)
-        # Correct means correct for any parameters: the reference's are drawn anew (parameters.draw_fresh).
-        drawn = parameters.draw_fresh(model, cmd.param_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
+        model = self.module.Model(*self.init_args)
+        state = model.state_dict()
+        # A lazy module's tensors have no values to restore: such a Model is built anew for every evaluation.
+        lazy = any(torch.nn.parameter.is_lazy(v) for v in state.values())
+        self.initial_state = None if lazy else {k: v.detach().clone() for k, v in state.items()}
+        self.model, self.compiled = model.to(self.device), None
+        self._built = None if lazy else key
+        self.flush = timing.l2_flush_buffer(self.device)
+
+    def release(self) -> dict[str, Any]:
+        """Forget the evaluation just ended (its expected outputs and ground truth), give the device memory back
+        for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
+        self.expected, self.ground_truth, self.distributions = [], [], []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {}
+
+    def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
+        self.release()
+        self._build(cmd)
+        assert self.model is not None
+        init_args, model = self.init_args, self.model
+        # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
+        # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
+        drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
-        self.model = model.to(self.device)
         model64 = _float64_copy(self.model)
-        self.expected, self.ground_truth = [], []
         distributions = ["get_inputs"] * cmd.trials
         if cmd.extra_distribution:
             distributions.append(problem_module.EXTRA_DISTRIBUTION)
@@ -236,7 +268,6 @@ class Trusted:
         input_bytes = sum(t.numel() * t.element_size() for t in first_inputs if isinstance(t, torch.Tensor))
         del first_inputs
         self.max_output_file = 4 * output_bytes + (64 << 20)
-        self.flush = timing.l2_flush_buffer(self.device)
         # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
         seeds = list(range(-20, 0))
         timing.run_window(timing.empty_call, self.module, seeds[:2], seeds[:2], self.device, self.flush)
@@ -456,7 +487,10 @@ class Trusted:
         return {"checks": checks, "save_ms": save_ms}
 
     def peaks(self) -> dict[str, Any]:
-        return timing.measure_peaks(self.device) if self.device.type == "cuda" else {}
+        """This device's memory bandwidth and tensor-core rate, measured once per process."""
+        if self._peaks is None:
+            self._peaks = timing.measure_peaks(self.device) if self.device.type == "cuda" else {}
+        return self._peaks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
                 chan.send("probed", **probe(raw.get("device", "auto")))
             elif name == "peaks":
                 chan.send("peaks", **trusted.peaks())
+            elif name == "release":
+                chan.send("released", **trusted.release())
             elif name == "exit":
                 break
             elif name in handlers:

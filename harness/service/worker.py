@@ -33,6 +33,7 @@ from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.sandbox.warm import TrustedPool
 from harness.schema import EvalResult, Provenance
 from harness.service.devices import Slot
 from harness.service.health import gpu_health_check, low_disk, slot_is_healthy
@@ -319,17 +320,24 @@ class Worker:
     # ---- evaluation slots ----------------------------------------------------------------------------
 
     def _slot_loop(self, slot: Slot) -> None:
-        while not self._stop.is_set():
-            try:
-                h = self._ready_q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if self._stop.is_set():
-                self._ready_q.put(h)  # left for shutdown to release
-                return
-            faulted = self._evaluate(slot, h)
-            if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
-                return
+        # The slot's trusted process stays warm between evaluations of one problem (harness/sandbox/warm.py).
+        pool = TrustedPool(self.settings.scratch_dir)
+        try:
+            while not self._stop.is_set():
+                try:
+                    h = self._ready_q.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if self._stop.is_set():
+                    self._ready_q.put(h)  # left for shutdown to release
+                    return
+                faulted = self._evaluate(slot, h, pool)
+                if faulted:  # the GPU may be faulty: nothing of the last evaluation's is kept
+                    pool.close()
+                if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
+                    return
+        finally:
+            pool.close()
 
     def _gpu_recovered(self, slot: Slot) -> bool:
         """After a fault on this GPU: a tiny kernel must run before the next job, or the slot retires."""
@@ -348,7 +356,7 @@ class Worker:
             self.stop()
         return False
 
-    def _evaluate(self, slot: Slot, h: _Held) -> bool:
+    def _evaluate(self, slot: Slot, h: _Held, pool: TrustedPool | None = None) -> bool:
         """Evaluate and store; True when the evaluation ended in a way that may have left its GPU faulty."""
         claim = h.claim
         disk = low_disk(self.settings)
@@ -374,7 +382,7 @@ class Worker:
         result: EvalResult | None = None
         error = ""
         try:
-            options = EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target)
+            options = EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target, trusted_pool=pool)
             result = self.evaluate_fn(h.spec, claim.text, options, self.settings)
         except Exception as e:
             error = f"the worker failed while evaluating: {type(e).__name__}: {e}"

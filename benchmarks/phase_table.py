@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Where an evaluation's wall time goes: `observations.phases` of a few evaluations, one after another.
+
+    python benchmarks/phase_table.py level2/75=reference_solutions/level2_75_gemm_groupnorm_min_biasadd.py \
+        level2/75=tests/fixtures/submissions/l75_pytorch_correct.py --repeats 2 --json phases.json
+
+Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, every check and the timing
+protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
+go through one `runner.Evaluator` (the service's path: warm trusted processes kept between evaluations) instead
+of one cold `evaluate` each. Prints one row per evaluation and the median of each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.config import get_settings  # noqa: E402
+from harness.problems import get_registry  # noqa: E402
+from harness.sandbox import runner  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pairs", nargs="+", help="PROBLEM=FILE")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--size", default="auto")
+    ap.add_argument("--warm", action="store_true", help="one runner.Evaluator for all, as a worker's slot")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    settings = get_settings()
+    registry = get_registry()
+    jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
+    target = runner.probe_device(args.device, settings)
+    evaluator = runner.Evaluator(settings) if args.warm else None
+    rows = []
+    try:
+        for rep in range(args.repeats):
+            for spec, path in jobs:
+                options = runner.EvalOptions(device=args.device, size=args.size, target=target)
+                t0 = time.monotonic()
+                if evaluator is not None:
+                    result = evaluator.evaluate(spec, path.read_text(), options)
+                else:
+                    result = runner.evaluate(spec, path.read_text(), options, settings)
+                wall = time.monotonic() - t0
+                row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
+                       "verdict": result.verdict.value, "flags": result.flags,
+                       "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
+                       "phases": result.observations.phases}
+                rows.append(row)
+                top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
+                print(f"{spec.kernelbench_id} {path.name} #{rep}: {wall:.1f} s {row['verdict']} {row['flags']} "
+                      f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in top), flush=True)
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+    names = sorted({k for r in rows for k in r["phases"]})
+    print("\nmedian seconds per phase over", len(rows), "evaluations:")
+    for k in sorted(names, key=lambda n: -statistics.median(r["phases"].get(n, 0.0) for r in rows)):
+        print(f"  {k:22s} {statistics.median(r['phases'].get(k, 0.0) for r in rows):7.3f}")
+    print(f"  {'wall':22s} {statistics.median(r['wall_s'] for r in rows):7.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""A slot's warm trusted process: kept between evaluations of one problem, size and device. No torch here.
+
+Starting the trusted side costs seconds an evaluation (its interpreter and torch, the probe, the reference
+Model, torch.compile's baseline, the device's peaks), and none of it depends on the submission. The trusted
+process never imports a submission, so nothing a candidate does can reach it, and keeping it changes no
+verdict: every evaluation still draws its own secret seeds and fresh reference parameters (the Model's state
+as built is restored first), and the candidate's process is new each time. What must not outlive an
+evaluation (its expected outputs) is released before the next.
+
+`TrustedPool` holds at most one such process (a slot evaluates one thing at a time, and the reference's
+device memory is the candidate's to use); a different problem, size or device replaces it. A process that
+failed, timed out or was left mid-command is never kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.sandbox.handles import Trusted, TrustedFailed
+from harness.sandbox.process import ChildExited
+
+log = logging.getLogger("harness.runner")
+
+RELEASE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class WarmTrusted:
+    """One trusted process and what it was started and built with."""
+
+    key: tuple[Any, ...]
+    trusted: Trusted
+    probed: dict[str, Any]  # its probe's reply: the evaluation's provenance
+    model_seed: int  # the seed its reference Model was built under; the candidate's ModelNew is built under it too
+    home: Path  # its working dir, which outlives any one evaluation
+    log_path: Path
+    kill_grace_s: float
+    evaluations: int = 0
+    _log_offset: int = field(default=0, repr=False)
+
+    def log_since_taken(self) -> bytes:
+        """What the process logged since this evaluation took it (its own job's trusted.log)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                return f.read()
+        except OSError:
+            return b""
+
+    def mark_log(self) -> None:
+        with contextlib.suppress(OSError):
+            self._log_offset = self.log_path.stat().st_size
+
+    def close(self) -> None:
+        proc = self.trusted.proc
+        with contextlib.suppress(ChildExited, OSError):
+            proc.send({"cmd": "exit"})
+        proc.wait_exit(self.kill_grace_s)
+        proc.reap()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class TrustedPool:
+    """At most one warm trusted process, for the evaluations of one slot, one after another (not thread-safe)."""
+
+    def __init__(self, scratch_root: Path | None = None):
+        self.scratch_root = scratch_root
+        self.warm: WarmTrusted | None = None
+        self.started = 0  # trusted processes started for this pool's evaluations
+        self.reused = 0  # evaluations that found one warm
+
+    def home(self) -> Path:
+        """A working dir for a trusted process that may outlive its first evaluation."""
+        if self.scratch_root is not None:
+            self.scratch_root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="kh-trusted-", dir=self.scratch_root))
+
+    def take(self, key: tuple[Any, ...]) -> WarmTrusted | None:
+        """The warm process for `key`, now the caller's; None where there is none (one for another key is ended)."""
+        warm, self.warm = self.warm, None
+        if warm is None:
+            return None
+        if warm.key != key or warm.trusted.proc.proc.poll() is not None:
+            warm.close()
+            return None
+        self.reused += 1
+        warm.mark_log()
+        return warm
+
+    def keep(self, warm: WarmTrusted) -> None:
+        """Give the process back after an evaluation it served to the end: released, it waits for the next."""
+        if self.warm is not None:
+            self.warm.close()
+            self.warm = None
+        if not warm.trusted.in_sync:
+            warm.close()
+            return
+        try:
+            warm.trusted.call({"cmd": "release"}, "released", RELEASE_TIMEOUT_S)
+        except TrustedFailed as e:
+            log.warning("the warm trusted process could not release its evaluation; it is ended: %s", e)
+            warm.close()
+            return
+        warm.evaluations += 1
+        self.warm = warm
+
+    def close(self) -> None:
+        """End the warm process, if any (a GPU fault, a worker stopping)."""
+        if self.warm is not None:
+            self.warm.close()
+            self.warm = None

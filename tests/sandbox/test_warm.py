@@ -1,0 +1,86 @@
+"""A slot's warm trusted process (harness/sandbox/warm.py): kept between evaluations of one problem, it changes no
+verdict and carries nothing of one evaluation into the next. CPU, small sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.sandbox.runner import EvalOptions, evaluate
+from harness.sandbox.warm import TrustedPool
+from harness.verdicts import Verdict
+
+from ..conftest import SUBMISSIONS
+
+
+@pytest.fixture
+def pool(settings):
+    p = TrustedPool(settings.scratch_dir)
+    yield p
+    p.close()
+
+
+def _run(registry, settings, problem: str, name: str, pool: TrustedPool, **kw):
+    options = EvalOptions(device="cpu", size="small", trusted_pool=pool, **kw)
+    return evaluate(registry.get(problem), (SUBMISSIONS / name).read_text(), options, settings)
+
+
+def _drawn(result) -> dict[int, float | None]:
+    """The reference's value at each trial's worst element: differs where the inputs or parameters do."""
+    return {t.trial: t.outputs[0].worst_expected for t in result.observations.trials}
+
+
+def test_a_warm_trusted_process_serves_the_next_evaluation_of_the_problem_with_the_same_verdicts(
+        registry, settings, pool):
+    first = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert first.verdict == Verdict.passed, first.message + first.log_excerpt
+    assert not first.observations.trusted_warm and pool.started == 1 and pool.warm is not None
+    # Warm: no trusted start and no probe, and the honest submission still passes, the wrong one still fails.
+    second = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert second.verdict == Verdict.passed, second.message + second.log_excerpt
+    assert second.observations.trusted_warm and pool.started == 1 and pool.reused == 1
+    assert "probe" not in second.observations.phases
+    assert second.observations.phases["reference_start"] < first.observations.phases["reference_start"]
+    wrong = _run(registry, settings, "level2/30", "l30_guessed_hardtanh.py", pool)
+    assert wrong.verdict == Verdict.wrong_answer and wrong.observations.trusted_warm, wrong.message
+    affine = _run(registry, settings, "level2/30", "l30_drops_affine.py", pool)
+    assert affine.verdict == Verdict.wrong_answer, affine.message  # fresh parameters in every evaluation
+    # Each evaluation drew its own inputs and parameters: the expected outputs differ from one to the next.
+    assert _drawn(first) != _drawn(second)
+    assert second.provenance is not None and second.provenance.device == "cpu"
+
+
+def test_the_warm_reference_is_the_state_as_built_each_time_not_the_last_evaluations(registry, settings, pool):
+    """Fresh parameters are drawn from the Model as built, not from the last evaluation's draw (which would drift
+    each tensor's scale further with every evaluation), and KernelBench's own parameters (fresh_parameters off)
+    are exactly a cold build's: with the seeds fixed, a warm evaluation's expected outputs are a cold one's."""
+    for fresh in (True, False):
+        cold = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", None, fresh_parameters=fresh, seed=7)
+        _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool, seed=7)
+        warm = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool, fresh_parameters=fresh, seed=7)
+        assert warm.observations.trusted_warm
+        assert warm.verdict == cold.verdict == Verdict.passed
+        assert _drawn(warm) == _drawn(cold)
+
+
+def test_another_problem_replaces_the_warm_process(registry, settings, pool):
+    _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    r = _run(registry, settings, "level2/75", "l75_pytorch_correct.py", pool)
+    assert r.verdict == Verdict.passed, r.message
+    assert not r.observations.trusted_warm and pool.started == 2 and pool.reused == 0
+
+
+def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monkeypatch):
+    from harness.sandbox import runner
+    from harness.sandbox.handles import TrustedFailed
+
+    def fail(self):
+        raise TrustedFailed("the judge failed")
+
+    _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    with monkeypatch.context() as m:
+        m.setattr(runner._Evaluation, "judge", fail)
+        r = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert r.verdict == Verdict.infra_error and r.observations.trusted_warm
+    assert pool.warm is None  # ended, not kept
+    after = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert after.verdict == Verdict.passed and not after.observations.trusted_warm and pool.started == 2
