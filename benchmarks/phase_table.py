@@ -6,8 +6,9 @@
 
 Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, every check and the timing
 protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
-go through one `runner.Evaluator` (the service's path: warm trusted processes kept between evaluations) instead
-of one cold `evaluate` each. Prints one row per evaluation and the median of each phase.
+share one `TrustedPool`, as a worker's slot does (its trusted process stays warm between evaluations of one
+problem), instead of starting a trusted process each. Prints one row per evaluation and the median of each phase, and of each step of the
+trusted side's commands on its own clock (`observations.trusted_seconds`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ sys.path.insert(0, str(REPO))
 from harness.config import get_settings  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 from harness.sandbox import runner  # noqa: E402
+from harness.sandbox.warm import TrustedPool  # noqa: E402
 
 
 def main() -> int:
@@ -33,27 +35,26 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", default="auto")
-    ap.add_argument("--warm", action="store_true", help="one runner.Evaluator for all, as a worker's slot")
+    ap.add_argument("--warm", action="store_true", help="one TrustedPool for all, as a worker's slot")
     ap.add_argument("--json")
     args = ap.parse_args()
     settings = get_settings()
     registry = get_registry()
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
     target = runner.probe_device(args.device, settings)
-    evaluator = runner.Evaluator(settings) if args.warm else None
+    pool = TrustedPool(settings.scratch_dir) if args.warm else None
     rows = []
     try:
         for rep in range(args.repeats):
             for spec, path in jobs:
-                options = runner.EvalOptions(device=args.device, size=args.size, target=target)
+                options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool)
                 t0 = time.monotonic()
-                if evaluator is not None:
-                    result = evaluator.evaluate(spec, path.read_text(), options)
-                else:
-                    result = runner.evaluate(spec, path.read_text(), options, settings)
+                result = runner.evaluate(spec, path.read_text(), options, settings)
                 wall = time.monotonic() - t0
                 row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
-                       "verdict": result.verdict.value, "flags": result.flags,
+                       "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
+                       "warm": result.observations.trusted_warm,
+                       "trusted_seconds": result.observations.trusted_seconds,
                        "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
                        "phases": result.observations.phases}
                 rows.append(row)
@@ -62,13 +63,17 @@ def main() -> int:
                       f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in top), flush=True)
     finally:
-        if evaluator is not None:
-            evaluator.close()
+        if pool is not None:
+            pool.close()
     names = sorted({k for r in rows for k in r["phases"]})
     print("\nmedian seconds per phase over", len(rows), "evaluations:")
     for k in sorted(names, key=lambda n: -statistics.median(r["phases"].get(n, 0.0) for r in rows)):
         print(f"  {k:22s} {statistics.median(r['phases'].get(k, 0.0) for r in rows):7.3f}")
     print(f"  {'wall':22s} {statistics.median(r['wall_s'] for r in rows):7.3f}")
+    steps = sorted({k for r in rows for k in r["trusted_seconds"]})
+    print("median seconds per step of the trusted side's commands (its own clock):")
+    for k in steps:
+        print(f"  {k:22s} {statistics.median(r['trusted_seconds'].get(k, 0.0) for r in rows):7.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -313,7 +313,8 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     max_abs = max((o.max_abs_err or 0.0 for o in figs), default=0.0)
     flags: list[Flag] = []
     if obs.kernels is not None and obs.kernels.names is not None and not obs.kernels.custom:
-        shown = ", ".join(obs.kernels.names[:5]) or "none"
+        shown = "not traced: its source builds nothing and imports only torch" if obs.kernels.from_source else \
+            ", ".join(obs.kernels.names[:5]) or "none"
         flags.append(Flag(check="no_custom_kernel", detail=f"forward launched only library kernels ({shown}): "
                           "passed, not ranked"))
     if unreliable is not None:

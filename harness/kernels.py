@@ -10,10 +10,15 @@ A kernel from no build (a user's Triton kernel) is the submission's own when it 
 library's: not PyTorch's (`at::`, `c10::`), not inductor's generated Triton (`triton_poi_fused_...`),
 not cuBLAS, cuDNN, CUTLASS or the CUDA runtime's. A forward that launches none of its own is
 `no_custom_kernel`.
+
+A source that builds nothing and imports only modules that cannot launch a kernel of their own (torch's
+layers and functions, math) needs no trace to say so (`launches_only_library_kernels`): the profiler's
+start-up alone costs 5-6 s an evaluation on an H100 host.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from collections.abc import Iterable
@@ -89,3 +94,52 @@ def custom_kernels(names: Iterable[str], own_kernels: set[str]) -> list[str]:
     its build's device code (`device_kernels`)."""
     return sorted(n for n in names
                   if (n in own_kernels and not is_library_owned(n)) or not is_library_kernel(n))
+
+
+# Modules a pure-PyTorch submission imports: none of them can launch a kernel that is not PyTorch's own.
+_LIBRARY_ONLY_MODULES = {"torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.parameter",
+                         "math", "typing", "functools", "itertools", "operator", "numbers", "collections",
+                         "dataclasses", "__future__", "numpy", "einops"}
+# Words that name a way to launch a kernel from Python without a build, or to reach one indirectly: where the
+# source holds any of them (as a name, an attribute or inside a string), the trace decides.
+_OWN_KERNEL_WORDS = re.compile(
+    r"triton|jiterator|cupy|numba|pycuda|nvrtc|cuda_python|ctypes|cffi|tilelang|tvm|"
+    r"cutlass|cute|compile|_inductor|_dynamo|cpp_extension|load_inline|_C\b|library|"
+    r"import_module|__import__|exec|eval|getattr|globals|__dict__",
+    re.IGNORECASE,
+)
+
+
+def _imports_only_library_modules(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return all(a.name in _LIBRARY_ONLY_MODULES for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and node.module in _LIBRARY_ONLY_MODULES
+    return True
+
+
+def _words(node: ast.AST) -> list[str]:
+    """The identifiers and string contents a node itself holds."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                                               else [])
+    return []
+
+
+def launches_only_library_kernels(source: str) -> bool:
+    """True when the source can launch no kernel of its own: it builds nothing, imports only torch's layers and
+    functions (and pure-Python helpers), and names no way to reach anything else (Triton, jiterator, cupy,
+    torch.compile, a dynamic import). Conservative: any doubt is False, and the profiler's trace decides. A source
+    that hides such a way from this reading only loses its own kernels' credit (`no_custom_kernel`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return all(_imports_only_library_modules(node) and not any(_OWN_KERNEL_WORDS.search(w) for w in _words(node))
+               for node in ast.walk(tree))

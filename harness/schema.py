@@ -154,6 +154,8 @@ class KernelTrace(BaseModel):
     names: list[str] | None = None
     custom: list[str] = Field(default_factory=list)
     error: str | None = None
+    # Not traced: the source builds nothing and can launch no kernel of its own (kernels.launches_only_library_kernels)
+    from_source: bool = False
 
 
 class TimingEnvelope(BaseModel):
@@ -218,6 +220,8 @@ class Observations(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)
     # The trusted process had served an earlier evaluation of this problem on the slot (kept warm: warm.py).
     trusted_warm: bool = False
+    # Seconds per step of the trusted side's commands on its own clock, summed ("judge.trivial"): diagnostics.
+    trusted_seconds: dict[str, float] = Field(default_factory=dict)
     candidate_error: ChildError | None = None
     flag_changes: list[FlagChange] = Field(default_factory=list)
     trials_expected: int = 0

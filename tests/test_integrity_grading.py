@@ -154,6 +154,10 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
                       custom=["fused_groupnorm_kernel(float*, int)"])
     assert _checks(_passing(kernels=own)) == (Verdict.passed, [])
     assert _checks(_passing(kernels=KernelTrace(names=None, error="no CUPTI"))) == (Verdict.passed, [])
+    # Not traced: a source that builds nothing and imports only torch launches library kernels alone.
+    untraced = grade(_passing(kernels=KernelTrace(names=[], from_source=True)), TOL)
+    assert untraced.verdict == Verdict.passed and [f.check for f in untraced.flags] == ["no_custom_kernel"]
+    assert "not traced" in untraced.flags[0].detail
 
     rows = [Scored(submission_id=1, problem_id="p", submitter="a", model="m", verdict="passed", device="cuda",
                    speedup_vs_eager=1.0, unranked=True),

@@ -189,3 +189,53 @@ def test_kernel_names_are_split_into_the_submissions_and_the_libraries():
     assert custom_kernels([mine], {"gemm_tile_kernel"}) == []
     # A library's own names stay the library's, whatever a build claims.
     assert custom_kernels(library, set(library)) == []
+
+
+_PURE = '''
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x)) * math.sqrt(2.0)
+'''
+
+
+@pytest.mark.parametrize("extra, untraced", [
+    ("", True),  # the honest pure-PyTorch twin: nothing of its own can run, no trace needed
+    ("from torch.utils.cpp_extension import load_inline\n", False),
+    ("import triton\n", False),
+    ("k = torch.cuda.jiterator._create_jit_fn('template <typename T> T f(T x) { return x; }')\n", False),
+    ("fast = torch.compile(F.gelu)\n", False),
+    ("import cupy\n", False),
+    ("import ctypes\n", False),
+    ("m = __import__('tri' + 'ton')\n", False),
+    ("lib = torch.library.Library('mine', 'DEF')\n", False),
+    ("f = getattr(torch.cuda, 'jit' + 'erator')\n", False),
+    ("from . import helpers\n", False),
+    ("import os\n", False),
+])
+def test_only_a_source_that_can_launch_no_kernel_of_its_own_goes_untraced(extra, untraced):
+    from harness.kernels import launches_only_library_kernels
+
+    assert launches_only_library_kernels(_PURE + extra) is untraced
+
+
+def test_the_fixtures_that_build_or_reach_kernels_are_traced():
+    from harness.kernels import launches_only_library_kernels
+    from harness.submission import extract
+
+    root = Path(__file__).parent / "fixtures"
+    for name in ("submissions/l30_cuda_correct.py", "submissions/l30_cpp_correct.py",
+                 "adversarial/content_keyed_cache.py", "adversarial/try_except_fallback.py"):
+        assert not launches_only_library_kernels(extract((root / name).read_text()).source), name
+    for name in ("submissions/l30_pytorch_correct.py", "submissions/l75_pytorch_correct.py"):
+        assert launches_only_library_kernels(extract((root / name).read_text()).source), name
+    assert not launches_only_library_kernels("def broken(:\n")

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness import artifacts, grading, static_checks
+from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities, limits, windows
@@ -53,6 +53,7 @@ from harness.sandbox.protocol import (
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
+    KernelTrace,
     Observations,
     ProblemRef,
     Provenance,
@@ -75,6 +76,7 @@ _PROBE_TIMEOUT_S = 120.0
 # context, cuBLAS handles, a Triton kernel's JIT) on the slowest host.
 _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
+_TRACE_FLOOR_S = 60.0  # the profiler's start-up alone takes 5-7 s on an H100 host, more beside other evaluations
 _HEADROOM = 50.0  # times the reference's time per call
 
 
@@ -315,6 +317,7 @@ class _Evaluation:
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
         prepared = self.trusted.wait("prepared").fields
+        self._trusted_seconds("prepare", prepared)
         self.call_ms = float(prepared["call_ms"])
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
@@ -366,6 +369,7 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None
         judged = self.trusted.call(JudgeCommand(outputs_dir=self.cand_home / "outputs", atol=self.tolerance.atol,
                                                 rtol=self.tolerance.rtol).model_dump(mode="json"), "judged")
+        self._trusted_seconds("judge", judged)
         self.phases.end("judge")
         self.obs.trials = [TrialFigures.model_validate({**t, "inputs": self.distributions[t["trial"]]})
                            for t in judged["trials"]]
@@ -481,6 +485,7 @@ class _Evaluation:
             files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
             atol=self.tolerance.atol, rtol=self.tolerance.rtol,
             save_dir=self.trusted_home / "saves").model_dump(mode="json"), "handover_checked")
+        self._trusted_seconds("handover", checked)
         check.reference_save_ms.append(round(checked["save_ms"], 4))
         for j, figures, path in zip(picks, checked["checks"], files, strict=True):
             check.checked.append(window * calls + j)
@@ -491,10 +496,14 @@ class _Evaluation:
                 path.unlink()
 
     def trace_kernels(self) -> None:
-        """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost)."""
+        """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost), unless
+        the source can launch none of its own (it builds nothing and imports only torch): then it is not traced."""
         assert self.candidate is not None and self.provenance is not None
         if self.provenance.device == "cuda" and self.options.kernel_trace:
-            reply = self.candidate.request(Trace(), self._limit(_WINDOW_FLOOR_S, 1), Phase.timing)
+            if kernels.launches_only_library_kernels(self.source):
+                self.obs.kernels = KernelTrace(names=[], from_source=True)
+                return
+            reply = self.candidate.request(Trace(), self._limit(_TRACE_FLOOR_S, 1), Phase.timing)
             self.candidate.record_trace(reply.fields)
             self.phases.end("kernel_trace")
 
@@ -504,6 +513,12 @@ class _Evaluation:
         self.candidate.stop()
 
     # --- helpers -------------------------------------------------------------------------------------------
+
+    def _trusted_seconds(self, command: str, reply: dict[str, Any]) -> None:
+        """Add a trusted reply's own step timings to `obs.trusted_seconds` (diagnostics)."""
+        for step, secs in (reply.get("seconds") or {}).items():
+            name = f"{command}.{step}"
+            self.obs.trusted_seconds[name] = round(self.obs.trusted_seconds.get(name, 0.0) + float(secs), 4)
 
     def _limit(self, floor_s: float, calls: int) -> float:
         """A command's deadline: generous headroom over the reference's time for its calls, above a floor, under the

@@ -125,6 +125,22 @@ def _same_outputs(a: Any, b: Any) -> bool:
 
 
 
+class _Clock:
+    """Seconds per step of one command on the trusted process's own clock: where its time goes (diagnostics,
+    `observations.trusted_seconds`; nothing is graded on them). The device is synchronised at each lap."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        problem_module.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._t, 4)
+        self._t = now
+
+
 class ExchangeSpace(RuntimeError):
     """The exchange dir's filesystem cannot hold an evaluation at this size: the host's limit, not the submission's."""
 
@@ -220,16 +236,20 @@ class Trusted:
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.release()
+        clock = _Clock(problem_module.resolve_device(cmd.device))
         self._build(cmd)
+        clock.lap("build")
         assert self.model is not None
         init_args, model = self.init_args, self.model
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
+        clock.lap("draw")
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
         model64 = _float64_copy(self.model)
+        clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
         if cmd.extra_distribution:
             distributions.append(problem_module.EXTRA_DISTRIBUTION)
@@ -262,6 +282,7 @@ class Trusted:
                                          _tensor_bytes(_as_list(self.expected[0]) or []))
         problem_module.synchronize(self.device)
         del model64
+        clock.lap("trials")
         outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]
         output_bytes = sum(o.numel() * o.element_size() for o in outputs)
         first_inputs = problem_module.seeded_inputs(self.module, 0, self.device)
@@ -274,7 +295,9 @@ class Trusted:
         t0 = time.perf_counter()
         timing.run_window(timing.empty_call, self.module, seeds, seeds, self.device, self.flush)
         window_cost_ms = (time.perf_counter() - t0) * 1e3 / len(seeds)
+        clock.lap("calibrate")
         return {
+            "seconds": clock.seconds,
             "device": self.device.type,
             "init_arg_count": len(init_args),
             "distributions": distributions,
@@ -291,10 +314,16 @@ class Trusted:
         }
 
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
+        clock = _Clock(self.device)
         trials = []
         for i, (exp, gt) in enumerate(zip(self.expected, self.ground_truth, strict=True)):
             trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
-        return {"trials": trials, "determinism": self._determinism(cmd.outputs_dir), "trivial": self._trivial(cmd)}
+        clock.lap("trials")
+        determinism = self._determinism(cmd.outputs_dir)
+        clock.lap("determinism")
+        trivial = self._trivial(cmd)
+        clock.lap("trivial")
+        return {"trials": trials, "determinism": determinism, "trivial": trivial, "seconds": clock.seconds}
 
     def _trivial(self, cmd: JudgeCommand) -> list[dict[str, Any]]:
         """How outputs that compute nothing compare with the reference's on every trial: all zeros, one constant (the
@@ -467,7 +496,9 @@ class Trusted:
         assert self.model is not None
         # Read first: the candidate's process runs on, and a file read after the reference's computation could
         # have been written after its "handed over" (outputs computed only then, off the parent's clock).
+        clock = _Clock(self.device)
         handed = [self._read(path) for path in cmd.files]
+        clock.lap("read")
         checks, expected = [], []
         with torch.no_grad():
             for data, seed, forward_seed in zip(handed, cmd.seeds, cmd.forward_seeds, strict=True):
@@ -476,7 +507,7 @@ class Trusted:
                 exp = self.model(*inputs)
                 expected.append(exp)
                 checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, exp, cmd))
-        problem_module.synchronize(self.device)
+        clock.lap("judge")
         cmd.save_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         for k, exp in enumerate(expected):
@@ -484,7 +515,8 @@ class Trusted:
         save_ms = (time.perf_counter() - t0) * 1e3
         for k in range(len(expected)):
             (cmd.save_dir / f"save_{k}.pt").unlink()
-        return {"checks": checks, "save_ms": save_ms}
+        clock.lap("save")
+        return {"checks": checks, "save_ms": save_ms, "seconds": clock.seconds}
 
     def peaks(self) -> dict[str, Any]:
         """This device's memory bandwidth and tensor-core rate, measured once per process."""
