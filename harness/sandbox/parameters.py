@@ -29,14 +29,16 @@ def draw_fresh(model: torch.nn.Module, seed: int, fixed: list[str]) -> list[str]
     Buffers (running statistics, masks, tables) only get the log-normal factor, so zeros stay zero and
     signs stay: a mask keeps its pattern, a running variance stays positive. Names in `fixed`, or under a
     prefix `name.` there, keep the problem's own values."""
-    g = torch.Generator().manual_seed(seed)
+    generators: dict[torch.device, torch.Generator] = {}  # drawn where each tensor lives: on a GPU, not the host
     params = {name for name, _ in model.named_parameters()}
     drawn = []
     with torch.no_grad():
         for name, t in model.state_dict(keep_vars=True).items():
             if torch.nn.parameter.is_lazy(t) or not t.is_floating_point() or t.numel() == 0 or _is_fixed(name, fixed):
                 continue  # a lazy module's tensors have no values yet
-            t.copy_(_fresh(t.detach(), g, parameter=name in params))
+            if t.device not in generators:
+                generators[t.device] = torch.Generator(t.device).manual_seed(seed)
+            t.copy_(_fresh(t.detach(), generators[t.device], parameter=name in params))
             drawn.append(name)
     return drawn
 
@@ -46,8 +48,8 @@ def _is_fixed(name: str, fixed: list[str]) -> bool:
 
 
 def _fresh(t: torch.Tensor, g: torch.Generator, *, parameter: bool) -> torch.Tensor:
-    x = t.to("cpu", torch.float64)
-    noise = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    x = t.to(torch.float64)
+    noise = torch.randn(x.shape, generator=g, dtype=torch.float64, device=x.device)
     one_sign = bool((x > 0).all() or (x < 0).all())
     if not parameter or one_sign:
         out = x * torch.exp(LOG_SPREAD * noise)
@@ -56,7 +58,7 @@ def _fresh(t: torch.Tensor, g: torch.Generator, *, parameter: bool) -> torch.Ten
     else:
         std = float(x.std()) if x.numel() > 1 else abs(float(x.mean()))
         out = float(x.mean()) + (std or BIAS_SCALE) * noise
-    return out.to(t.device, t.dtype)
+    return out.to(t.dtype)
 
 
 # Leaf names a rewritten model commonly gives a layer's weight and bias (GroupNorm's as gamma and beta).

@@ -92,6 +92,7 @@ class CheckHandoverCommand(BaseModel):
     atol: float
     rtol: float
     save_dir: Path
+    time_save: bool = True  # only the first hand-overs of an evaluation: a save of the same bytes costs the same
 
 
 # --- the candidate's process ---------------------------------------------------------------------------

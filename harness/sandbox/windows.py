@@ -24,6 +24,9 @@ MAX_CALLS_PER_WINDOW = 2000
 # calls are picked is decided after the window closes).
 HELD_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 PICKS_PER_WINDOW = 2
+# The trusted side times its own save of the picked outputs (what an honest hand-over costs) on the first hand-overs
+# of an evaluation only: saving the same bytes costs the same each time, and the bound takes their median.
+SAVES_TIMED = 3
 # Bytes of handed-over outputs an evaluation checks, at most: windows are checked at random, each with the same
 # chance, at least one (for level2/37's 537 MB outputs, about 3 windows of 15).
 HANDOVER_BYTES = 4 << 30
