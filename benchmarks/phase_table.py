@@ -7,8 +7,10 @@
 Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, every check and the timing
 protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
 share one `TrustedPool`, as a worker's slot does (its trusted process stays warm between evaluations of one
-problem), instead of starting a trusted process each. Prints one row per evaluation and the median of each phase, and of each step of the
-trusted side's commands on its own clock (`observations.trusted_seconds`).
+problem), instead of starting a trusted process each; with `--ahead` too, the next evaluation's candidate
+process is started before each evaluation (`runner.prestart`), as a worker's GPU slot does. Prints one row per
+evaluation and the median of each phase, and of each step of the trusted side's commands on its own clock
+(`observations.trusted_seconds`).
 """
 
 from __future__ import annotations
@@ -36,32 +38,36 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", default="auto")
     ap.add_argument("--warm", action="store_true", help="one TrustedPool for all, as a worker's slot")
+    ap.add_argument("--ahead", action="store_true", help="with --warm: start each next candidate's process ahead")
     ap.add_argument("--json")
     args = ap.parse_args()
     settings = get_settings()
     registry = get_registry()
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
     target = runner.probe_device(args.device, settings)
-    pool = TrustedPool(settings.scratch_dir) if args.warm else None
+    pool = TrustedPool(settings) if args.warm else None
     rows = []
+    order = [(rep, spec, path) for rep in range(args.repeats) for spec, path in jobs]
+    options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool)
     try:
-        for rep in range(args.repeats):
-            for spec, path in jobs:
-                options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool)
-                t0 = time.monotonic()
-                result = runner.evaluate(spec, path.read_text(), options, settings)
-                wall = time.monotonic() - t0
-                row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
-                       "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
-                       "warm": result.observations.trusted_warm,
-                       "trusted_seconds": result.observations.trusted_seconds,
-                       "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                       "phases": result.observations.phases}
-                rows.append(row)
-                top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
-                print(f"{spec.kernelbench_id} {path.name} #{rep}: {wall:.1f} s {row['verdict']} {row['flags']} "
-                      f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in top), flush=True)
+        for i, (rep, spec, path) in enumerate(order):
+            if args.ahead and pool is not None and i + 1 < len(order):
+                _, next_spec, next_path = order[i + 1]
+                runner.prestart(next_spec, next_path.read_text(), options, settings)
+            t0 = time.monotonic()
+            result = runner.evaluate(spec, path.read_text(), options, settings)
+            wall = time.monotonic() - t0
+            row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
+                   "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
+                   "warm": result.observations.trusted_warm,
+                   "trusted_seconds": result.observations.trusted_seconds,
+                   "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
+                   "phases": result.observations.phases}
+            rows.append(row)
+            top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
+            print(f"{spec.kernelbench_id} {path.name} #{rep}: {wall:.1f} s {row['verdict']} {row['flags']} "
+                  f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in top), flush=True)
     finally:
         if pool is not None:
             pool.close()

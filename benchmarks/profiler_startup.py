@@ -65,10 +65,11 @@ with torch.no_grad():
     prof.__exit__(None, None, None)
     t["exit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    cuda = torch.autograd.DeviceType.CUDA
     if mode == "raw":
-        names = {e.name() for e in prof.profiler.kineto_results.events() if e.device_type() == torch.autograd.DeviceType.CUDA}
+        names = {e.name() for e in prof.profiler.kineto_results.events() if e.device_type() == cuda}
     else:
-        names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+        names = {e.name for e in prof.events() if e.device_type == cuda}
     t["names"] = time.perf_counter() - t0
     t["kernels"] = sorted(names)
     t["loop_after_ms"] = loop_ms()

@@ -103,16 +103,22 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-@contextlib.contextmanager
-def scratch_dir(settings: Settings) -> Iterator[Path]:
-    """A private temp dir for one evaluation, removed in every path."""
+def new_scratch_dir(settings: Settings, prefix: str = "kh-eval-") -> Path:
+    """A private temp dir (mode 0700) under the scratch root; the caller removes it (`scratch_dir`)."""
     root = settings.scratch_dir
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kh-eval-", dir=root, ignore_cleanup_errors=True) as tmp:
-        path = Path(tmp)
-        os.chmod(path, 0o700)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
+@contextlib.contextmanager
+def scratch_dir(settings: Settings, made: Path | None = None) -> Iterator[Path]:
+    """A private temp dir for one evaluation (`made` ahead of it, or a new one), removed in every path."""
+    path = made or new_scratch_dir(settings)
+    try:
         yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def database_url(settings: Settings) -> str:

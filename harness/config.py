@@ -38,6 +38,12 @@ class Settings(BaseSettings):
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",
     )
+    prestart_candidates: str = Field(
+        default="auto", pattern="^(auto|on|off)$",
+        description="A worker's slot starts the next job's candidate process (torch imported, no submission code) "
+                    "while it evaluates the current one; 'auto' does so on GPU slots only: on a CPU slot the start "
+                    "would share the cores the current evaluation is timed on.",
+    )
 
     # Deadlines the parent enforces (seconds). Problem specs may raise compile/run limits.
     reference_timeout_s: float = 600.0

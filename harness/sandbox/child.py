@@ -20,8 +20,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-# torch and the harness's timing primitives are imported before the submission is.
+# torch and the harness's timing primitives are imported before the submission is (and before the parent's Import:
+# a process started ahead of its evaluation has them ready, load_inline's module too).
 import torch
+import torch.utils.cpp_extension
 
 from harness.sandbox import parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
@@ -33,6 +35,7 @@ from harness.sandbox.protocol import (
     Channel,
     Construct,
     Handover,
+    Import,
     RunTrials,
     Trace,
     Window,
@@ -176,7 +179,7 @@ class _Session:
             return None
         except ValueError:
             pass  # no introspectable signature: let the call decide
-        torch.manual_seed(self.req.param_seed)
+        torch.manual_seed(cmd.param_seed)
         model = model_cls(*init["init_args"])
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModelNew is not a torch.nn.Module (got {type(model).__name__})")
@@ -236,15 +239,20 @@ _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "trials"
 
 
 def run(req: CandidateRequest, chan: Channel) -> None:
-    """Import the submission, say so, then answer the parent's commands until it says exit (or stdin ends)."""
+    """Wait for the parent's `Import`, import the submission, say so, then answer the parent's commands until it says
+    exit (or stdin ends)."""
     phase = Phase.compile
     try:
+        line = sys.stdin.readline()
+        if not line.strip().startswith("{"):
+            return  # "exit": the evaluation this process was started for will not run
+        start = Import.model_validate_json(line)
         t0 = time.perf_counter()
         flags = torchflags.snapshot()
         module = import_submission(req.submission_path)
         session = _Session(req, chan, module, flags)
         session.check_flags("import")
-        chan.send("imported", seconds=time.perf_counter() - t0, flag_changes=session.flag_changes)
+        chan.send("imported", nonce=start.nonce, seconds=time.perf_counter() - t0, flag_changes=session.flag_changes)
         for line in sys.stdin:
             if not line.strip().startswith("{"):
                 return  # "exit", or the parent stopped this evaluation

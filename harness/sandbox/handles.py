@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from harness import kernels
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
-from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand
+from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import
 from harness.schema import ChildError, ChildExit, FlagChange, KernelTrace, Observations
 from harness.verdicts import Phase
 
@@ -101,14 +101,29 @@ class Candidate:
         self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
         self.channel_closed = False
         self.sent_at = 0.0
+        self.import_command: Import | None = None
+
+    def begin_import(self) -> None:
+        """Tell the process to import the submission (it may have been started ahead, holding torch only)."""
+        self.import_command = Import()
+        text = self.import_command.model_dump_json()
+        self.sent_at = time.monotonic()
+        try:
+            self.proc.send(text)
+        except ChildExited:
+            self.channel_closed = True
 
     def await_imported(self, limit_s: float, idle_limit_s: float) -> Message:
-        """The first message, 'imported', within the compile limit counted from the process's start; and, so that
+        """The reply to `begin_import`, 'imported', within the compile limit counted from that command; and, so that
         an import that hangs costs seconds rather than the compile limit, within `idle_limit_s` of the last moment
-        a compiler ran in its session (or of its start)."""
+        a compiler ran in its session (or of the command)."""
+        assert self.import_command is not None, "begin_import first"
         self.exit.deadline_s = limit_s
-        deadline = self.proc.started_at + limit_s
-        busy_at = self.proc.started_at
+        if self.channel_closed:
+            raise CandidateStopped
+        asked_at = self.sent_at
+        deadline = asked_at + limit_s
+        busy_at = asked_at
         while True:
             now = time.monotonic()
             if self.proc.compiling():
@@ -123,8 +138,12 @@ class Candidate:
             break
         if msg.event != "imported":
             self._violation(f"{msg.event!r} where 'imported' was due")
+        if msg.fields.get("nonce") != self.import_command.nonce:
+            self._violation("an 'imported' that answers no command the harness sent (wrong nonce)")
         self._note_flags(msg.fields)
-        self.obs.candidate_import_s = msg.received_at - self.proc.started_at
+        # From the command (at the process's start, unless it was started ahead): the interpreter's and torch's
+        # import are in it only where the evaluation waited for them.
+        self.obs.candidate_import_s = msg.received_at - asked_at
         return msg
 
     def request(self, command: CandidateCommand, limit_s: float, phase: Phase) -> Message:

@@ -98,10 +98,12 @@ class CheckHandoverCommand(BaseModel):
 # --- the candidate's process ---------------------------------------------------------------------------
 
 class CandidateRequest(BaseModel):
+    """What the candidate's process is started with; it imports torch, then waits for `Import`. What depends on the
+    evaluation's trusted side (the seed its Model was built under) comes with `Construct`."""
+
     submission_path: Path
     problem: ProblemLoad
     device: Literal["cpu", "cuda"]
-    param_seed: int
     exchange_dir: Path  # INIT_FILE and inputs_file(i), from the trusted side
     outputs_dir: Path
 
@@ -115,10 +117,19 @@ class CandidateCommand(BaseModel):
     nonce: str = Field(default_factory=nonce)
 
 
+class Import(CandidateCommand):
+    """Import the submission now (running its load_inline builds). Until then the process holds torch and the
+    harness's modules only: it can be started ahead of its evaluation, while another one is timed on its GPU."""
+
+    cmd: Literal["import"] = "import"
+
+
 class Construct(CandidateCommand):
-    """After 'imported': the exchange dir is complete; construct ModelNew and copy the reference's state."""
+    """After 'imported': the exchange dir is complete; construct ModelNew under `param_seed` (the reference Model's,
+    KernelBench's rule) and copy the reference's state."""
 
     cmd: Literal["construct"] = "construct"
+    param_seed: int
 
 
 class RunTrials(CandidateCommand):
@@ -153,8 +164,8 @@ class Trace(CandidateCommand):
     cmd: Literal["trace"] = "trace"
 
 
-REPLIES = {"construct": "constructed", "trials": "trials_done", "window": "window_done", "handover": "handed_over",
-           "trace": "traced"}
+REPLIES = {"import": "imported", "construct": "constructed", "trials": "trials_done", "window": "window_done",
+           "handover": "handed_over", "trace": "traced"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol

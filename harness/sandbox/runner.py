@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import secrets
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -35,7 +36,6 @@ from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities, limits, windows
 from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
-from harness.sandbox.warm import TrustedPool, WarmTrusted
 from harness.sandbox.protocol import (
     CandidateRequest,
     CheckHandoverCommand,
@@ -50,6 +50,7 @@ from harness.sandbox.protocol import (
     Window,
     handover_file,
 )
+from harness.sandbox.warm import SpareCandidate, TrustedPool, WarmTrusted
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
@@ -127,7 +128,9 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()
     tolerance = options.tolerance or spec.tolerance
-    job_id = artifacts.new_job_id()
+    pool = options.trusted_pool
+    spare = pool.take_spare(spare_key(spec, text, options)) if pool is not None else None
+    job_id = spare.job_id if spare is not None else artifacts.new_job_id()
     job = artifacts.job_dir(settings, job_id)
     (job / "submission.txt").write_text(text, errors="replace")
     obs = Observations()
@@ -144,9 +147,11 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
         obs.static_findings = [StaticFinding(rule=f.rule, line=f.line, detail=f.detail)
                                for f in static_checks.check(sub.source)]
         try:
-            provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job)
+            provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job, spare)
         except Exception as e:  # the harness's own failure (disk full, a bug): a verdict, never a lost job
             obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    elif spare is not None:
+        spare.close()
     if size == "auto":  # nothing ran (an invalid submission): no size was used
         size = "n/a"
 
@@ -166,16 +171,18 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
 
 
 def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
-                     tolerance: Tolerance, obs: Observations, job: Path) -> tuple[Provenance | None, str]:
+                     tolerance: Tolerance, obs: Observations, job: Path,
+                     spare: SpareCandidate | None = None) -> tuple[Provenance | None, str]:
     """Run both children through the phases; fill `obs`. Returns the provenance and the size actually used.
 
     The candidate's process starts as soon as its target (device, arch, versions: what its build dir is keyed
-    by) is known: at once when the caller gives it (`options.target`, a worker's probed slot), else right after
-    the trusted child's probe. It imports while the trusted child prepares the problem, and constructs the model
-    only once the parameters and inputs are written and the constructor check has passed.
+    by) is known: ahead of the evaluation (`spare`, see `prestart`), at once when the caller gives it
+    (`options.target`, a worker's probed slot), else right after the trusted child's probe. It imports while the
+    trusted child prepares the problem, and constructs the model only once the parameters and inputs are written
+    and the constructor check has passed.
     """
-    ev = _Evaluation(spec, source, options, settings, tolerance, obs, job)
-    with artifacts.scratch_dir(settings) as work, ev.open(work):
+    ev = _Evaluation(spec, source, options, settings, tolerance, obs, job, spare)
+    with artifacts.scratch_dir(settings, spare.work if spare is not None else None) as work, ev.open(work):
         try:
             ev.start()
             prepared = ev.prepare()
@@ -200,9 +207,9 @@ class _Evaluation:
     """One evaluation's state and its phases, each a method that `_evaluate_source` calls in order."""
 
     def __init__(self, spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings,
-                 tolerance: Tolerance, obs: Observations, job: Path):
+                 tolerance: Tolerance, obs: Observations, job: Path, spare: SpareCandidate | None = None):
         self.spec, self.source, self.options, self.settings = spec, source, options, settings
-        self.tolerance, self.obs, self.job = tolerance, obs, job
+        self.tolerance, self.obs, self.job, self.spare = tolerance, obs, job, spare
         seed = options.seed if options.seed is not None else secrets.randbelow(1 << 62)
         self.param_seed, self.input_seed = seed % 100_000 + 42, (seed * 7919) % (1 << 62)
         self.draw_seed = (seed * 15485863) % (1 << 62)  # the fresh parameters'; param_seed builds the models
@@ -225,9 +232,7 @@ class _Evaluation:
     @contextlib.contextmanager
     def open(self, work: Path):
         """The scratch layout; on the way out, whatever happened, no child or build lock outlives the evaluation."""
-        self.trusted_home, self.cand_home, self.exchange = work / "trusted", work / "candidate", work / "exchange"
-        for d in (self.trusted_home, self.cand_home, self.exchange):
-            d.mkdir(mode=0o700)
+        self.trusted_home, self.cand_home, self.exchange = _scratch_layout(work)
         try:
             yield self
         except BaseException:
@@ -267,10 +272,13 @@ class _Evaluation:
         key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
                self.spec.model_dump_json(), o.device, o.size, tuple(sorted(extra.items())))
         self.warm = pool.take(key) if pool is not None else None
+        if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
+            self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
+            self.candidate.begin_import()
         if self.warm is not None:
             # Both sides build their model under the seed the warm reference was built with (KernelBench's rule).
             self.trusted, self.param_seed, probed = self.warm.trusted, self.warm.model_seed, self.warm.probed
-            if o.target is not None and o.device in ("auto", o.target.device):
+            if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
             self.phases.end("reference_start")
         else:
@@ -284,7 +292,7 @@ class _Evaluation:
                 pool.started += 1
                 self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
                                         self.settings.kill_grace_s)
-            if o.target is not None and o.device in ("auto", o.target.device):
+            if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
             proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
             self.phases.end("reference_start")
@@ -347,7 +355,7 @@ class _Evaluation:
 
     def construct(self) -> None:
         assert self.candidate is not None
-        reply = self.candidate.request(Construct(), self.run_limit, Phase.compile)
+        reply = self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
         self.obs.state_dict = StateDictCopy.model_validate({**(reply.fields.get("state_dict") or {}),
                                                             "drawn": self.parameters_drawn})
@@ -527,18 +535,74 @@ class _Evaluation:
         return min(self.run_limit, max(floor_s, _HEADROOM * calls * self.call_ms / 1e3))
 
     def _size_for(self, device: str) -> str:
-        """`auto`: the problem's small size on the CPU where it has one, else its default."""
-        if self.options.size != "auto":
-            return self.options.size
-        return "small" if device == "cpu" and "small" in self.spec.sizes else "default"
+        return _size_for(self.spec, self.options.size, device)
 
     def _load(self, size: str) -> ProblemLoad:
-        return ProblemLoad(path=self.spec.source_path, overrides=self.spec.size(size).overrides)
+        return _load(self.spec, size)
 
     def _start_candidate(self, target: Provenance) -> Candidate:
-        return _start_candidate(self.spec, self.source, self.options, self.settings, target,
-                                self._load(self._size_for(target.device)), self.param_seed, self.exchange,
-                                self.cand_home, self.job, self.obs)
+        candidate = _start_candidate(self.spec, self.source, self.options, self.settings, target,
+                                     self._load(self._size_for(target.device)), self.exchange, self.cand_home,
+                                     self.job, self.obs)
+        candidate.begin_import()
+        return candidate
+
+
+def _size_for(spec: ProblemSpec, size: str, device: str) -> str:
+    """`auto`: the problem's small size on the CPU where it has one, else its default."""
+    if size != "auto":
+        return size
+    return "small" if device == "cpu" and "small" in spec.sizes else "default"
+
+
+def _load(spec: ProblemSpec, size: str) -> ProblemLoad:
+    return ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides)
+
+
+def _scratch_layout(work: Path) -> tuple[Path, Path, Path]:
+    """An evaluation's scratch dirs (the trusted side's, the candidate's home, the exchange), made where missing."""
+    dirs = work / "trusted", work / "candidate", work / "exchange"
+    for d in dirs:
+        if not d.is_dir():
+            d.mkdir(mode=0o700)
+    return dirs
+
+
+def spare_key(spec: ProblemSpec, text: str, options: EvalOptions) -> tuple[Any, ...]:
+    """What a candidate's process started ahead was made from: an evaluation with another key cannot use it."""
+    target = options.target.model_dump_json(exclude={"started_at"}) if options.target is not None else None
+    return (spec.id, spec.version, str(spec.source_path), hashlib.sha256(text.encode(errors="replace")).hexdigest(),
+            options.device, options.size, target, tuple(sorted(options.extra_env.items())))
+
+
+def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Settings) -> bool:
+    """Start the candidate's process of an evaluation to come, ahead, into `options.trusted_pool`: confined as its
+    evaluation's would be, it imports torch and waits for `Import`, which its evaluation sends when it begins (so
+    no submission code runs beside the evaluation now on the slot's GPU). Needs the slot's target; False where
+    nothing was started (no pool or target, an invalid submission, no sandbox uid free: the evaluation then starts
+    its own as usual)."""
+    pool, target = options.trusted_pool, options.target
+    if pool is None or target is None or options.device not in ("auto", target.device):
+        return False
+    try:
+        source = extract(text).source
+    except InvalidSubmission:
+        return False
+    job_id = artifacts.new_job_id()
+    job = artifacts.job_dir(settings, job_id)
+    work = artifacts.new_scratch_dir(settings)
+    _, cand_home, exchange = _scratch_layout(work)
+    try:
+        candidate = _start_candidate(spec, source, options, settings, target,
+                                     _load(spec, _size_for(spec, options.size, target.device)), exchange, cand_home,
+                                     job, Observations())
+    except Exception as e:  # the harness's own trouble (no sandbox uid free): the evaluation starts its own
+        log.warning("the next candidate's process could not start ahead: %s: %s", type(e).__name__, e)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(job, ignore_errors=True)
+        return False
+    pool.keep_spare(SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate))
+    return True
 
 
 def _target_changes(target: Provenance, probed: Provenance) -> str:
@@ -645,13 +709,13 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
 
 
 def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
-                     load: ProblemLoad, param_seed: int, exchange: Path, home: Path, job: Path,
-                     obs: Observations) -> Candidate:
-    """The candidate's process, started under its build dir's lock (its build dir is keyed by the target)."""
+                     load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations) -> Candidate:
+    """The candidate's process, started under its build dir's lock (its build dir is keyed by the target). It imports
+    torch, then waits for the parent's `Import` (`Candidate.begin_import`)."""
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
-                               param_seed=param_seed, exchange_dir=exchange, outputs_dir=home / "outputs")
+                               exchange_dir=exchange, outputs_dir=home / "outputs")
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
     builds, env = _build_env(source, target, settings, home, options.extra_env)

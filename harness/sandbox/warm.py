@@ -1,4 +1,4 @@
-"""A slot's warm trusted process: kept between evaluations of one problem, size and device. No torch here.
+"""What a slot keeps warm between its evaluations: the trusted process, and the next candidate's. No torch here.
 
 Starting the trusted side costs seconds an evaluation (its interpreter and torch, the probe, the reference
 Model, torch.compile's baseline, the device's peaks), and none of it depends on the submission. The trusted
@@ -10,6 +10,10 @@ evaluation (its expected outputs) is released before the next.
 `TrustedPool` holds at most one such process (a slot evaluates one thing at a time, and the reference's
 device memory is the candidate's to use); a different problem, size or device replaces it. A process that
 failed, timed out or was left mid-command is never kept.
+
+It also holds at most one spare candidate process (`SpareCandidate`): the next evaluation's, started ahead while
+the current one runs, confined as its own evaluation's would be. It imports torch and waits: the submission is
+imported only when its evaluation begins (`Import`), so no submission code runs beside another's timed windows.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox.handles import Trusted, TrustedFailed
+from harness import artifacts
+from harness.config import Settings
+from harness.sandbox.handles import Candidate, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited
 
 log = logging.getLogger("harness.runner")
@@ -66,20 +71,37 @@ class WarmTrusted:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+@dataclass
+class SpareCandidate:
+    """A candidate's process started ahead of its evaluation, with that evaluation's job and scratch dirs."""
+
+    key: tuple[Any, ...]  # what its request and confinement were made from (runner.spare_key)
+    job_id: str
+    job: Path
+    work: Path  # its evaluation's scratch dir (trusted/, candidate/, exchange/ inside)
+    candidate: Candidate
+
+    def close(self) -> None:
+        """Its evaluation will not run: end the process, and remove what was made for it."""
+        self.candidate.stop()
+        self.candidate.finish()
+        shutil.rmtree(self.work, ignore_errors=True)
+        shutil.rmtree(self.job, ignore_errors=True)
+
+
 class TrustedPool:
     """At most one warm trusted process, for the evaluations of one slot, one after another (not thread-safe)."""
 
-    def __init__(self, scratch_root: Path | None = None):
-        self.scratch_root = scratch_root
+    def __init__(self, settings: Settings):
+        self.settings = settings
         self.warm: WarmTrusted | None = None
+        self.spare: SpareCandidate | None = None
         self.started = 0  # trusted processes started for this pool's evaluations
         self.reused = 0  # evaluations that found one warm
 
     def home(self) -> Path:
         """A working dir for a trusted process that may outlive its first evaluation."""
-        if self.scratch_root is not None:
-            self.scratch_root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="kh-trusted-", dir=self.scratch_root))
+        return artifacts.new_scratch_dir(self.settings, prefix="kh-trusted-")
 
     def take(self, key: tuple[Any, ...]) -> WarmTrusted | None:
         """The warm process for `key`, now the caller's; None where there is none (one for another key is ended)."""
@@ -110,8 +132,24 @@ class TrustedPool:
         warm.evaluations += 1
         self.warm = warm
 
+    def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
+        """The spare candidate started for `key`, now the caller's; None where there is none (another is ended)."""
+        spare, self.spare = self.spare, None
+        if spare is not None and (spare.key != key or spare.candidate.proc.proc.poll() is not None):
+            spare.close()
+            return None
+        return spare
+
+    def keep_spare(self, spare: SpareCandidate) -> None:
+        if self.spare is not None:
+            self.spare.close()
+        self.spare = spare
+
     def close(self) -> None:
-        """End the warm process, if any (a GPU fault, a worker stopping)."""
+        """End the warm process and the spare candidate, if any (a GPU fault, a worker stopping)."""
         if self.warm is not None:
             self.warm.close()
             self.warm = None
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None

@@ -32,6 +32,7 @@ from harness.db.models import Job, ResultOrigin, Submission
 from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
+from harness.sandbox import runner
 from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
 from harness.sandbox.warm import TrustedPool
 from harness.schema import EvalResult, Provenance
@@ -320,24 +321,40 @@ class Worker:
     # ---- evaluation slots ----------------------------------------------------------------------------
 
     def _slot_loop(self, slot: Slot) -> None:
-        # The slot's trusted process stays warm between evaluations of one problem (harness/sandbox/warm.py).
-        pool = TrustedPool(self.settings.scratch_dir)
+        # The slot's trusted process stays warm between evaluations of one problem, and the next job's candidate
+        # process starts while the current job is evaluated (harness/sandbox/warm.py).
+        pool = TrustedPool(self.settings)
+        mode = self.settings.prestart_candidates
+        ahead = mode == "on" or (mode == "auto" and slot.device == "cuda")
+        upcoming: _Held | None = None
         try:
             while not self._stop.is_set():
-                try:
-                    h = self._ready_q.get(timeout=0.2)
-                except queue.Empty:
-                    continue
+                if upcoming is not None:
+                    h, upcoming = upcoming, None
+                else:
+                    try:
+                        h = self._ready_q.get(timeout=0.2)
+                    except queue.Empty:
+                        continue
                 if self._stop.is_set():
                     self._ready_q.put(h)  # left for shutdown to release
                     return
+                if ahead:
+                    with contextlib.suppress(queue.Empty):
+                        upcoming = self._ready_q.get_nowait()
+                        runner.prestart(upcoming.spec, upcoming.claim.text, self._options(slot, pool), self.settings)
                 faulted = self._evaluate(slot, h, pool)
                 if faulted:  # the GPU may be faulty: nothing of the last evaluation's is kept
                     pool.close()
                 if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
                     return
         finally:
+            if upcoming is not None:
+                self._ready_q.put(upcoming)  # for another slot, or for shutdown to release
             pool.close()
+
+    def _options(self, slot: Slot, pool: TrustedPool | None) -> EvalOptions:
+        return EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target, trusted_pool=pool)
 
     def _gpu_recovered(self, slot: Slot) -> bool:
         """After a fault on this GPU: a tiny kernel must run before the next job, or the slot retires."""
@@ -382,7 +399,7 @@ class Worker:
         result: EvalResult | None = None
         error = ""
         try:
-            options = EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target, trusted_pool=pool)
+            options = self._options(slot, pool)
             result = self.evaluate_fn(h.spec, claim.text, options, self.settings)
         except Exception as e:
             error = f"the worker failed while evaluating: {type(e).__name__}: {e}"

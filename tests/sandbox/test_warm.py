@@ -3,6 +3,8 @@ verdict and carries nothing of one evaluation into the next. CPU, small sizes.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from harness.sandbox.runner import EvalOptions, evaluate
@@ -14,7 +16,7 @@ from ..conftest import SUBMISSIONS
 
 @pytest.fixture
 def pool(settings):
-    p = TrustedPool(settings.scratch_dir)
+    p = TrustedPool(settings)
     yield p
     p.close()
 
@@ -84,3 +86,37 @@ def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monk
     assert pool.warm is None  # ended, not kept
     after = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
     assert after.verdict == Verdict.passed and not after.observations.trusted_warm and pool.started == 2
+
+
+def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluation_begins(registry, settings, pool):
+    """The next evaluation's candidate process starts while the slot is busy: torch imported, no submission code.
+    Its evaluation then waits only for the submission's own import, and gets the same verdicts."""
+    from harness.sandbox.runner import prestart, probe_device
+
+    target = probe_device("cpu", settings)
+    spec = registry.get("level2/30")
+    text = (SUBMISSIONS / "l30_pytorch_correct.py").read_text() + "\nprint('SUBMISSION-IMPORTED', flush=True)\n"
+    options = EvalOptions(device="cpu", size="small", target=target, trusted_pool=pool)
+    assert prestart(spec, text, options, settings)
+    spare = pool.spare
+    assert spare is not None and spare.candidate.proc.proc.poll() is None
+    log = spare.job / "candidate.log"
+    time.sleep(4)  # long enough for torch's import: the submission's must still wait for its evaluation
+    assert spare.candidate.proc.proc.poll() is None and "SUBMISSION-IMPORTED" not in log.read_text()
+    r = evaluate(spec, text, options, settings)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    assert "SUBMISSION-IMPORTED" in log.read_text() and pool.spare is None
+    assert r.job_dir == str(spare.job) and not spare.work.exists()  # its own job and scratch dirs, then removed
+    assert r.observations.candidate_import_s is not None and r.observations.candidate_import_s < 1.0
+
+    # A spare for another submission is ended, never used: the evaluation starts its own candidate.
+    assert prestart(spec, text, options, settings)
+    other = pool.spare
+    wrong = evaluate(spec, (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text(), options, settings)
+    assert wrong.verdict == Verdict.wrong_answer, wrong.message
+    assert other is not None and other.candidate.proc.proc.poll() is not None and not other.job.exists()
+    # Ending the pool ends a spare that never ran.
+    assert prestart(spec, text, options, settings)
+    last = pool.spare
+    pool.close()
+    assert last is not None and last.candidate.proc.proc.poll() is not None and not last.work.exists()
