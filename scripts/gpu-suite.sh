@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The project's gpu tests in one command on a GPU host, in two stages, each with a one-line summary.
 #   scripts/gpu-suite.sh [part ...]      parts: corpus sandbox service solutions (default: all)
-# Stage "verdicts": the corpus's exploits and the sandbox and service tests of the parts chosen, together in
-# parallel processes (pytest-xdist, GPU_SUITE_WORKERS, default 8): they judge verdicts, not speed. Stage "alone":
-# what must pass unflagged (the corpus's honest twins, the reference solutions), one evaluation at a time, since
-# evaluations side by side disturb each other's timed windows. Carried wheels in .whl/ are installed first
-# (scripts/device-env.sh). Logs: $OUT/<stage>.log, and each corpus entry's verdict line in
-# $OUT/corpus-verdicts.log. Before any stage, every load_inline source the tests evaluate is built, one per core
-# (scripts/build_cuda_sources.py).
+# Stage "verdicts": the gpu tests of the parts chosen that judge verdicts, not speed, together in parallel
+# processes (pytest-xdist, GPU_SUITE_WORKERS, default 8). It starts while every load_inline source the tests
+# evaluate is built, one per core (scripts/build_cuda_sources.py): a test that needs a build waits for its lock.
+# Stage "alone": the tests marked `alone` (the corpus's honest twins, the reference solutions, the full-size A/A
+# copies: a speed or an unflagged pass), one evaluation at a time, since evaluations side by side disturb each
+# other's timed windows. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs:
+# $OUT/<stage>.log (with the slowest tests), and each corpus entry's verdict line in $OUT/corpus-verdicts.log.
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh"
 export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
-# One data dir for every stage and worker: the load_inline sources are built once, side by side, before any stage.
+# One data dir for every stage and worker: the load_inline sources are built once, side by side.
 export HARNESS_TEST_DATA_DIR=${HARNESS_TEST_DATA_DIR:-$HARNESS_DATA_DIR/tests}
 export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
 workers=${GPU_SUITE_WORKERS:-8}
@@ -22,33 +22,35 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
-stage() {  # stage NAME PARALLEL PYTEST-ARGS...
-  local name=$1 parallel=$2 t0=$SECONDS rc
-  shift 2
+stage() {  # stage NAME PARALLEL MARKERS PYTEST-ARGS...
+  local name=$1 parallel=$2 markers=$3 t0=$SECONDS rc
+  shift 3
   local xdist=()
   [ "$parallel" = yes ] && [ "$workers" -gt 1 ] && xdist=(-n "$workers")
-  python3 -m pytest -m gpu -q -p no:cacheprovider -rfE "${xdist[@]}" "$@" > "$OUT/$name.log" 2>&1
+  python3 -m pytest -m "$markers" -q -p no:cacheprovider -rfE --durations=12 "${xdist[@]}" "$@" \
+    > "$OUT/$name.log" 2>&1
   rc=$?
   printf 'stage %-9s rc %d in %4d s: %s\n' "$name" "$rc" $((SECONDS - t0)) "$(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1)"
   return $rc
 }
 
 t0=$SECONDS
-python3 scripts/build_cuda_sources.py > "$OUT/builds.log" 2>&1
-printf 'stage %-9s rc %d in %4d s: %s\n' builds $? $((SECONDS - t0)) "$(head -1 "$OUT/builds.log")"
-parallel=() alone=()
+python3 scripts/build_cuda_sources.py > "$OUT/builds.log" 2>&1 &
+builds=$!
+files=()
 for p in "${parts[@]}"; do
   case "$p" in
-    corpus) parallel+=(tests/sandbox/test_corpus.py) alone+=(tests/sandbox/test_corpus.py) ;;
-    sandbox) parallel+=($(ls tests/sandbox/test_*.py | grep -v test_corpus.py)) ;;
-    service) parallel+=(tests/service) ;;
-    solutions) alone+=(tests/reference_solutions) ;;
+    corpus) files+=(tests/sandbox/test_corpus.py) ;;
+    sandbox) files+=($(ls tests/sandbox/test_*.py | grep -v test_corpus.py)) ;;
+    service) files+=(tests/service) ;;
+    solutions) files+=(tests/reference_solutions) ;;
     *) echo "unknown part $p (corpus sandbox service solutions)"; exit 2 ;;
   esac
 done
 status=0
-# The corpus's exploits run with the rest; its honest twins (and the reference solutions) alone.
-[ ${#parallel[@]} -gt 0 ] && { stage verdicts yes "${parallel[@]}" -k "not test_honest_twin_passes_on_the_gpu" || status=1; }
-[ ${#alone[@]} -gt 0 ] && { stage alone no "${alone[@]}" -k "not test_exploit_gets_its_verdict_on_the_gpu" || status=1; }
+stage verdicts yes "gpu and not alone" "${files[@]}" || status=1
+wait $builds
+printf 'stage %-9s rc %d in %4d s: %s\n' builds $? $((SECONDS - t0)) "$(head -1 "$OUT/builds.log")"
+stage alone no "gpu and alone" "${files[@]}" || status=1
 [ -f "$HARNESS_CORPUS_LOG" ] && sort "$HARNESS_CORPUS_LOG" > "$OUT/corpus-verdicts.sorted.log"
 exit $status

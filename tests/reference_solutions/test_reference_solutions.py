@@ -71,6 +71,7 @@ def test_solution_state_dict_matches_the_reference_names_shapes_and_seeded_value
 
 
 @pytest.mark.gpu
+@pytest.mark.alone
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kernelbench_id)
 def test_solution_passes_the_harness_at_full_size(spec, settings):
     r = evaluate(spec, solution(spec).read_text(), EvalOptions(device="cuda", size="default",

@@ -83,6 +83,7 @@ def test_exploit_gets_its_verdict_on_the_gpu(settings, e):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone
 @pytest.mark.parametrize(("problem", "path", "problems_dir"), TWINS, ids=[p for _, p, _ in TWINS])
 def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir):
     r = _evaluate(settings, problem, path, "cuda", problems_dir or None)

@@ -50,6 +50,7 @@ def test_hung_kernel_is_timeout_and_the_next_evaluation_is_unaffected(settings):
     assert after.verdict == Verdict.passed, after.message
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("problem", ["level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"])
 def test_pure_pytorch_reference_copy_passes_at_full_size(settings, problem, tmp_path):
     """The reference's own forward, renamed ModelNew: must pass at 1e-4 with a speedup near 1."""
