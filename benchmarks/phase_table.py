@@ -8,7 +8,9 @@ Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, ev
 protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
 share one `TrustedPool`, as a worker's slot does (its trusted process stays warm between evaluations of one
 problem), instead of starting a trusted process each; with `--ahead` too, the next evaluation's candidate
-process is started before each evaluation (`runner.prestart`), as a worker's GPU slot does. Prints one row per
+process is started before each evaluation (`runner.prestart`), as a worker's GPU slot does (each evaluation's
+source then carries a comment line of its own: a worker starts nothing ahead for the very source it is evaluating,
+whose build dir that evaluation holds). Prints one row per
 evaluation and the median of each phase, and of each step of the trusted side's commands on its own clock
 (`observations.trusted_seconds`).
 """
@@ -48,18 +50,18 @@ def main() -> int:
     pool = TrustedPool(settings) if args.warm else None
     rows = []
     order = [(rep, spec, path) for rep in range(args.repeats) for spec, path in jobs]
+    texts = [path.read_text() + (f"\n# evaluation {i}\n" if args.ahead else "") for i, (_, _, path) in enumerate(order)]
     options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool)
     try:
         for i, (rep, spec, path) in enumerate(order):
             if args.ahead and pool is not None and i + 1 < len(order):
-                _, next_spec, next_path = order[i + 1]
-                runner.prestart(next_spec, next_path.read_text(), options, settings)
+                runner.prestart(order[i + 1][1], texts[i + 1], options, settings)
             t0 = time.monotonic()
-            result = runner.evaluate(spec, path.read_text(), options, settings)
+            result = runner.evaluate(spec, texts[i], options, settings)
             wall = time.monotonic() - t0
             row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
                    "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
-                   "warm": result.observations.trusted_warm,
+                   "warm": result.observations.trusted_warm, "import_s": result.observations.candidate_import_s,
                    "trusted_seconds": result.observations.trusted_seconds,
                    "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
                    "phases": result.observations.phases}

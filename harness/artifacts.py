@@ -50,8 +50,9 @@ def build_dir(settings: Settings, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def exclusive_build_dir(path: Path) -> Iterator[None]:
-    """Hold a build dir alone while a candidate compiles into it.
+def exclusive_build_dir(path: Path, wait: bool = True) -> Iterator[None]:
+    """Hold a build dir alone while a candidate compiles into it (with `wait` False, BlockingIOError at once where
+    another holds it).
 
     Identical sources share a build dir, so the second evaluation reuses the first one's build.
     torch's own lock file (`<ext>/lock`) outlives a build killed at its deadline and would make the
@@ -59,7 +60,7 @@ def exclusive_build_dir(path: Path) -> Iterator[None]:
     """
     path.mkdir(parents=True, exist_ok=True)  # pruning may have removed it since build_dir()
     with open(path / ".harness.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.utime(path)  # last use, for prune_build_cache
         for stale in path.glob("*/lock"):
             with contextlib.suppress(OSError):

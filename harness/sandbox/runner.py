@@ -579,8 +579,8 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     """Start the candidate's process of an evaluation to come, ahead, into `options.trusted_pool`: confined as its
     evaluation's would be, it imports torch and waits for `Import`, which its evaluation sends when it begins (so
     no submission code runs beside the evaluation now on the slot's GPU). Needs the slot's target; False where
-    nothing was started (no pool or target, an invalid submission, no sandbox uid free: the evaluation then starts
-    its own as usual)."""
+    nothing was started (no pool or target, an invalid submission, its build dir in use, no sandbox uid free: the
+    evaluation then starts its own as usual)."""
     pool, target = options.trusted_pool, options.target
     if pool is None or target is None or options.device not in ("auto", target.device):
         return False
@@ -593,11 +593,14 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     work = artifacts.new_scratch_dir(settings)
     _, cand_home, exchange = _scratch_layout(work)
     try:
+        # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
+        # source twice in a row), whose lock goes only when it constructs.
         candidate = _start_candidate(spec, source, options, settings, target,
                                      _load(spec, _size_for(spec, options.size, target.device)), exchange, cand_home,
-                                     job, Observations())
-    except Exception as e:  # the harness's own trouble (no sandbox uid free): the evaluation starts its own
-        log.warning("the next candidate's process could not start ahead: %s: %s", type(e).__name__, e)
+                                     job, Observations(), wait_for_build=False)
+    except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
+        if not isinstance(e, BlockingIOError):
+            log.warning("the next candidate's process could not start ahead: %s: %s", type(e).__name__, e)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(job, ignore_errors=True)
         return False
@@ -709,9 +712,11 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
 
 
 def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
-                     load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations) -> Candidate:
+                     load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations,
+                     wait_for_build: bool = True) -> Candidate:
     """The candidate's process, started under its build dir's lock (its build dir is keyed by the target). It imports
-    torch, then waits for the parent's `Import` (`Candidate.begin_import`)."""
+    torch, then waits for the parent's `Import` (`Candidate.begin_import`). With `wait_for_build` False, a build dir
+    another process holds is BlockingIOError at once."""
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
@@ -720,7 +725,7 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     request_path.write_text(request.model_dump_json())
     builds, env = _build_env(source, target, settings, home, options.extra_env)
     build_lock = contextlib.ExitStack()
-    build_lock.enter_context(artifacts.exclusive_build_dir(builds))
+    build_lock.enter_context(artifacts.exclusive_build_dir(builds, wait=wait_for_build))
     try:
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",

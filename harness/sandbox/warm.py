@@ -11,9 +11,11 @@ evaluation (its expected outputs) is released before the next.
 device memory is the candidate's to use); a different problem, size or device replaces it. A process that
 failed, timed out or was left mid-command is never kept.
 
-It also holds at most one spare candidate process (`SpareCandidate`): the next evaluation's, started ahead while
-the current one runs, confined as its own evaluation's would be. It imports torch and waits: the submission is
-imported only when its evaluation begins (`Import`), so no submission code runs beside another's timed windows.
+It also holds spare candidate processes (`SpareCandidate`): the next evaluation's, started ahead while the current
+one runs, confined as its own evaluation's would be. Each imports torch and waits: the submission is imported only
+when its evaluation begins (`Import`), so no submission code runs beside another's timed windows. At most
+MAX_SPARES wait at once (the current evaluation's, taken when it begins, and the next one's); an older one is
+ended.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from harness.sandbox.process import ChildExited
 log = logging.getLogger("harness.runner")
 
 RELEASE_TIMEOUT_S = 60.0
+MAX_SPARES = 2
 
 
 @dataclass
@@ -95,7 +98,7 @@ class TrustedPool:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.warm: WarmTrusted | None = None
-        self.spare: SpareCandidate | None = None
+        self.spares: list[SpareCandidate] = []  # oldest first
         self.started = 0  # trusted processes started for this pool's evaluations
         self.reused = 0  # evaluations that found one warm
 
@@ -133,23 +136,26 @@ class TrustedPool:
         self.warm = warm
 
     def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
-        """The spare candidate started for `key`, now the caller's; None where there is none (another is ended)."""
-        spare, self.spare = self.spare, None
-        if spare is not None and (spare.key != key or spare.candidate.proc.proc.poll() is not None):
+        """The spare candidate started for `key`, now the caller's; None where there is none, or it has ended. The
+        others wait on (the next evaluation's)."""
+        spare = next((s for s in self.spares if s.key == key), None)
+        if spare is None:
+            return None
+        self.spares.remove(spare)
+        if spare.candidate.proc.proc.poll() is not None:
             spare.close()
             return None
         return spare
 
     def keep_spare(self, spare: SpareCandidate) -> None:
-        if self.spare is not None:
-            self.spare.close()
-        self.spare = spare
+        self.spares.append(spare)
+        while len(self.spares) > MAX_SPARES:
+            self.spares.pop(0).close()
 
     def close(self) -> None:
         """End the warm process and the spare candidate, if any (a GPU fault, a worker stopping)."""
         if self.warm is not None:
             self.warm.close()
             self.warm = None
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
+        while self.spares:
+            self.spares.pop().close()

@@ -98,25 +98,35 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
     text = (SUBMISSIONS / "l30_pytorch_correct.py").read_text() + "\nprint('SUBMISSION-IMPORTED', flush=True)\n"
     options = EvalOptions(device="cpu", size="small", target=target, trusted_pool=pool)
     assert prestart(spec, text, options, settings)
-    spare = pool.spare
-    assert spare is not None and spare.candidate.proc.proc.poll() is None
+    (spare,) = pool.spares
+    assert spare.candidate.proc.proc.poll() is None
     log = spare.job / "candidate.log"
     time.sleep(4)  # long enough for torch's import: the submission's must still wait for its evaluation
     assert spare.candidate.proc.proc.poll() is None and "SUBMISSION-IMPORTED" not in log.read_text()
+    # As a worker's slot does: the next job's process starts before this evaluation begins, which takes its own.
+    other_text = (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text()
+    assert prestart(spec, other_text, options, settings)
+    (_, following) = pool.spares
     r = evaluate(spec, text, options, settings)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
-    assert "SUBMISSION-IMPORTED" in log.read_text() and pool.spare is None
+    assert "SUBMISSION-IMPORTED" in log.read_text() and pool.spares == [following]
     assert r.job_dir == str(spare.job) and not spare.work.exists()  # its own job and scratch dirs, then removed
     assert r.observations.candidate_import_s is not None and r.observations.candidate_import_s < 1.0
-
-    # A spare for another submission is ended, never used: the evaluation starts its own candidate.
-    assert prestart(spec, text, options, settings)
-    other = pool.spare
-    wrong = evaluate(spec, (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text(), options, settings)
+    # The next evaluation finds its own waiting, with the same verdict as a cold one.
+    wrong = evaluate(spec, other_text, options, settings)
     assert wrong.verdict == Verdict.wrong_answer, wrong.message
-    assert other is not None and other.candidate.proc.proc.poll() is not None and not other.job.exists()
-    # Ending the pool ends a spare that never ran.
-    assert prestart(spec, text, options, settings)
-    last = pool.spare
+    assert wrong.job_dir == str(following.job) and not pool.spares
+    assert wrong.observations.candidate_import_s is not None and wrong.observations.candidate_import_s < 1.0
+
+    # A spare no evaluation takes is ended when newer ones replace it, or when the pool ends. One of a source whose
+    # build dir another process holds (a spare of the same source waiting) is not started: it never waits for it.
+    started = []
+    for name in ("l30_pytorch_correct.py", "l30_drops_affine.py", "l30_renamed_affine.py"):
+        assert prestart(spec, (SUBMISSIONS / name).read_text(), options, settings)
+        started.append(pool.spares[-1])
+    assert not prestart(spec, (SUBMISSIONS / "l30_renamed_affine.py").read_text(), options, settings)
+    assert pool.spares == started[1:] and started[0].candidate.proc.proc.poll() is not None
+    assert not started[0].work.exists() and not started[0].job.exists()
     pool.close()
-    assert last is not None and last.candidate.proc.proc.poll() is not None and not last.work.exists()
+    assert all(s.candidate.proc.proc.poll() is not None and not s.work.exists() for s in started)
+    assert not pool.spares
