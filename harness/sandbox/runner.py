@@ -150,8 +150,8 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
             provenance, size = _evaluate_source(spec, sub.source, options, settings, tolerance, obs, job, spare)
         except Exception as e:  # the harness's own failure (disk full, a bug): a verdict, never a lost job
             obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
-    elif spare is not None:
-        spare.close()
+    elif spare is not None:  # started for this very text, which extracted then: not reached, but never leaked
+        spare.close(keep_job=True)
     if size == "auto":  # nothing ran (an invalid submission): no size was used
         size = "n/a"
 

@@ -84,12 +84,14 @@ class SpareCandidate:
     work: Path  # its evaluation's scratch dir (trusted/, candidate/, exchange/ inside)
     candidate: Candidate
 
-    def close(self) -> None:
-        """Its evaluation will not run: end the process, and remove what was made for it."""
+    def close(self, keep_job: bool = False) -> None:
+        """Its evaluation will not run (or stops before its candidate does anything): end the process, and remove
+        what was made for it (its job dir too, unless the evaluation writes its result there)."""
         self.candidate.stop()
         self.candidate.finish()
         shutil.rmtree(self.work, ignore_errors=True)
-        shutil.rmtree(self.job, ignore_errors=True)
+        if not keep_job:
+            shutil.rmtree(self.job, ignore_errors=True)
 
 
 class TrustedPool:
@@ -128,7 +130,7 @@ class TrustedPool:
             return
         try:
             warm.trusted.call({"cmd": "release"}, "released", RELEASE_TIMEOUT_S)
-        except TrustedFailed as e:
+        except (TrustedFailed, ChildExited) as e:
             log.warning("the warm trusted process could not release its evaluation; it is ended: %s", e)
             warm.close()
             return
