@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ class TrustedPool:
         self.settings = settings
         self.warm: WarmTrusted | None = None
         self.spares: list[SpareCandidate] = []  # oldest first
+        self._spares_lock = threading.Lock()
         self.started = 0  # trusted processes started for this pool's evaluations
         self.reused = 0  # evaluations that found one warm
 
@@ -140,24 +142,31 @@ class TrustedPool:
     def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
         """The spare candidate started for `key`, now the caller's; None where there is none, or it has ended. The
         others wait on (the next evaluation's)."""
-        spare = next((s for s in self.spares if s.key == key), None)
+        with self._spares_lock:  # a worker's slot starts the next spare from another thread
+            spare = next((s for s in self.spares if s.key == key), None)
+            if spare is not None:
+                self.spares.remove(spare)
         if spare is None:
             return None
-        self.spares.remove(spare)
         if spare.candidate.proc.proc.poll() is not None:
             spare.close()
             return None
         return spare
 
     def keep_spare(self, spare: SpareCandidate) -> None:
-        self.spares.append(spare)
-        while len(self.spares) > MAX_SPARES:
-            self.spares.pop(0).close()
+        with self._spares_lock:
+            self.spares.append(spare)
+            old = self.spares[:-MAX_SPARES]
+            del self.spares[:-MAX_SPARES]
+        for s in old:
+            s.close()
 
     def close(self) -> None:
         """End the warm process and the spare candidate, if any (a GPU fault, a worker stopping)."""
         if self.warm is not None:
             self.warm.close()
             self.warm = None
-        while self.spares:
-            self.spares.pop().close()
+        with self._spares_lock:
+            spares, self.spares = self.spares, []
+        for s in spares:
+            s.close()

@@ -6,7 +6,8 @@
 
 Every stage is a thread of this process: `precompile` and `evaluate` spawn their own children and
 wait on them, so threads are enough and nothing here imports torch. The claim loop holds at most
-slots + compile workers jobs, so the pool works ahead of the GPUs without hoarding the queue.
+slots + compile workers jobs (and one more per slot that starts its next candidate ahead), so the pool works
+ahead of the GPUs without hoarding the queue.
 An evaluation that reports infra_error (or raises) is retried after a back-off until the job's
 attempts are spent; then its infra_error result is stored. Submission failures are final.
 """
@@ -180,7 +181,13 @@ class Worker:
     # ---- claiming ------------------------------------------------------------------------------------
 
     def _capacity(self) -> int:
-        return len(self.slots) - len(self.stats.retired_slots) + self.compile_workers
+        # A slot that starts the next job's candidate ahead holds that job too.
+        live = [s for s in self.slots if s.name not in self.stats.retired_slots]
+        return len(live) + sum(self._ahead(s) for s in live) + self.compile_workers
+
+    def _ahead(self, slot: Slot) -> bool:
+        mode = self.settings.prestart_candidates
+        return mode == "on" or (mode == "auto" and slot.device == "cuda")
 
     def _claim_loop(self) -> None:
         idle_since = time.monotonic()
@@ -324,13 +331,18 @@ class Worker:
         # The slot's trusted process stays warm between evaluations of one problem, and the next job's candidate
         # process starts while the current job is evaluated (harness/sandbox/warm.py).
         pool = TrustedPool(self.settings)
-        mode = self.settings.prestart_candidates
-        ahead = mode == "on" or (mode == "auto" and slot.device == "cuda")
-        upcoming: _Held | None = None
+        upcoming: list[_Held] = []  # the next job, taken while the current one is evaluated
+        evaluating, ending = threading.Event(), threading.Event()
+        # The starter thread lives as long as this loop: a child dies with the thread that started it (the jail's
+        # parent-death signal), so a spare's must outlive the evaluation during which it was started.
+        starter = threading.Thread(target=self._look_ahead, args=(slot, pool, upcoming, evaluating, ending),
+                                   name=f"ahead-{slot.name}", daemon=True) if self._ahead(slot) else None
+        if starter is not None:
+            starter.start()
         try:
             while not self._stop.is_set():
-                if upcoming is not None:
-                    h, upcoming = upcoming, None
+                if upcoming:
+                    h = upcoming.pop()
                 else:
                     try:
                         h = self._ready_q.get(timeout=0.2)
@@ -339,19 +351,39 @@ class Worker:
                 if self._stop.is_set():
                     self._ready_q.put(h)  # left for shutdown to release
                     return
-                if ahead:
-                    with contextlib.suppress(queue.Empty):
-                        upcoming = self._ready_q.get_nowait()
-                        runner.prestart(upcoming.spec, upcoming.claim.text, self._options(slot, pool), self.settings)
-                faulted = self._evaluate(slot, h, pool)
+                evaluating.set()  # the next job may be claimed only now: the starter looks for it meanwhile
+                try:
+                    faulted = self._evaluate(slot, h, pool)
+                finally:
+                    evaluating.clear()
                 if faulted:  # the GPU may be faulty: nothing of the last evaluation's is kept
                     pool.close()
                 if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
                     return
         finally:
-            if upcoming is not None:
-                self._ready_q.put(upcoming)  # for another slot, or for shutdown to release
+            ending.set()
+            if starter is not None:
+                starter.join()
+            for h in upcoming:
+                self._ready_q.put(h)  # for another slot, or for shutdown to release
             pool.close()
+
+    def _look_ahead(self, slot: Slot, pool: TrustedPool, upcoming: list[_Held], evaluating: threading.Event,
+                    ending: threading.Event) -> None:
+        """While the slot evaluates a job: take the next ready one and start its candidate's process ahead (one at a
+        time: then wait for that evaluation to end)."""
+        while not ending.is_set() and not self._stop.is_set():
+            if upcoming or not evaluating.wait(0.2):
+                time.sleep(0.05)
+                continue
+            try:
+                h = self._ready_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            runner.prestart(h.spec, h.claim.text, self._options(slot, pool), self.settings)
+            upcoming.append(h)
+            while evaluating.is_set() and not ending.is_set():
+                time.sleep(0.05)
 
     def _options(self, slot: Slot, pool: TrustedPool | None) -> EvalOptions:
         return EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target, trusted_pool=pool)
