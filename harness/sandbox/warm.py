@@ -96,7 +96,9 @@ class SpareCandidate:
 
 
 class TrustedPool:
-    """At most one warm trusted process, for the evaluations of one slot, one after another (not thread-safe)."""
+    """At most one warm trusted process and MAX_SPARES spare candidates, for the evaluations of one slot, one after
+    another. The warm process is the evaluating thread's alone; spares may be added from another (a worker's
+    starter thread), so their list is locked."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -162,7 +164,7 @@ class TrustedPool:
             s.close()
 
     def close(self) -> None:
-        """End the warm process and the spare candidate, if any (a GPU fault, a worker stopping)."""
+        """End the warm process and the spare candidates, if any (a GPU fault, a worker stopping)."""
         if self.warm is not None:
             self.warm.close()
             self.warm = None
