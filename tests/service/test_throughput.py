@@ -108,8 +108,6 @@ def test_bench_throughput_on_cpu_evaluates_every_variant_in_each_mode(svc_settin
         for outputs in built.values():
             assert outputs and len(outputs) == len(set(outputs)), outputs
     assert serial.compile_s == serial.slot_import_s  # the serial mode builds inside the slot
-    # One problem in turn: the slot's trusted process started once in the warm mode, for each evaluation before.
-    assert warm.phases_s["reference_start"] < pipelined.phases_s["reference_start"] / 2, (warm, pipelined)
     assert "compile pool" in pipelined.compile_where
     # With the build done ahead, the pipelined candidates' import phase is the imports alone.
     assert pipelined.slot_import_s / 4 < serial.slot_import_s / 2
