@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Render reference_solutions/RESULTS.md from the raw JSON of run_reference_solutions.sh.
+"""Render reference_solutions/RESULTS.md from the raw JSON of run_reference_solutions.sh and of
+tensor_core_solutions.py: both designs, the floors and the error columns.
 
     python benchmarks/render_results.py BENCH_JSON [HARNESS_JSON ...] [--probe PROBE_TXT ...] \
-        > reference_solutions/RESULTS.md
+        [--tensor-cores TC_JSON --floors FLOORS_JSON] > reference_solutions/RESULTS.md
 
-A probe's output (a text file whose first line is the command and the machine) is quoted as it is.
+A probe's output (a text file whose first line is the command and the machine) is quoted as it is. TC_JSON's name
+ends in the commit it ran at (tensor-cores-h100-<commit>.json).
 
 Never edit RESULTS.md by hand: re-run the GPU stages and this script.
 """
@@ -23,7 +25,8 @@ def _f(x, fmt="{:.4f}"):
     return fmt.format(x) if x is not None else "-"
 
 
-def render(bench: dict, harness_runs: list[dict], probes: list[str] = ()) -> str:
+def render(bench: dict, harness_runs: list[dict], probes: list[str] = (), tensor_cores: dict | None = None,
+           floors: dict | None = None, tc_commit: str = "?") -> str:
     env = bench["environment"]
     rows = bench["results"]
     harness = {r["problem"].split("/")[1]: r for h in harness_runs for r in h["rows"]}
@@ -90,6 +93,8 @@ def render(bench: dict, harness_runs: list[dict], probes: list[str] = ()) -> str
                        f"{_f(h.get('speedup_median'), '{:.3f}x')} | "
                        f"{_f((h.get('speedup_spread') or 0) * 100, '{:.2f}%')} | {_f(prof)} | "
                        f"{_f(ratio * 100 if ratio is not None else None, '{:+.2f}%')} |")
+    if tensor_cores is not None:
+        out += _tensor_cores(tensor_cores, floors or {"ms": {}, "source": "-"}, tc_commit)
     for text in probes:
         command, _, body = text.partition("\n")
         out += ["", f"## Probe: `{command.lstrip('# ').split('   ')[0]}`", "",
@@ -97,15 +102,79 @@ def render(bench: dict, harness_runs: list[dict], probes: list[str] = ()) -> str
     return "\n".join(out) + "\n"
 
 
+def _tensor_cores(tc: dict, floors: dict, commit: str) -> list[str]:
+    """The 3xTF32 design through the harness, beside its floor, with the error against float64; then the sweep."""
+    d = tc["device"]
+    out = ["", "## The tensor-core design (3xTF32): `reference_solutions/tensor_cores/`", "",
+           f"Each solution evaluated once by `harness.sandbox.runner.evaluate` at default size, atol = rtol = 1e-4 "
+           f"(5 uniform trials and one `randn*2+0.5`, fresh parameters, parent-clock timing against eager and "
+           f"torch.compile in the same evaluation): `python benchmarks/tensor_core_solutions.py --json FILE` at "
+           f"commit {commit}, on {d['device_name']} (torch {d['torch_version']}, CUDA {d['cuda_version']}, "
+           f"driver {d['driver_version']}, Python {d['python_version']}).",
+           "",
+           "Floor: three TF32 GEMMs of the problem's shape plus its epilogue's memory floor (" + floors["source"]
+           + "); floor fraction = floor / solution. Error: the worst max |x - g| / (1 + |g|) over the trials against "
+           "a float64 ground truth g, of the solution and of the fp32 reference on the same inputs; the target is a "
+           "ratio of at most 2.",
+           "",
+           "| problem | verdict | solution ms | eager ms | torch.compile ms | vs eager | vs torch.compile "
+           "| 3xTF32 floor ms | floor fraction | err vs fp64: solution | reference | ratio | targets |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tc["results"]:
+        f = floors["ms"].get(r["problem"].split("/")[1])
+        floor = 3 * f["tf32_gemm"] + f["epilogue"] if f else None
+        ms = r.get("candidate_ms")
+        out.append(
+            f"| {r['problem']} | {r['verdict']}{' ' + ','.join(r['flags']) if r.get('flags') else ''} | {_f(ms)} | "
+            f"{_f(r.get('eager_ms'))} | {_f(r.get('compile_ms'))} | {_f(r.get('speedup_vs_eager'), '{:.3f}x')} | "
+            f"{_f(r.get('speedup_vs_compile'), '{:.3f}x')} | {_f(floor)} | "
+            f"{_f(floor / ms if floor and ms else None, '{:.3f}')} | {_f(r.get('err_vs_fp64'), '{:.2e}')} | "
+            f"{_f(r.get('ref_err_vs_fp64'), '{:.2e}')} | {_f(r.get('err_ratio'), '{:.2f}x')} | "
+            f"{'meets' if r.get('meets') else 'misses'} |")
+    out += ["", "Both designs against eager (the cuBLAS fp32 design from the benchmark's CUDA events above, the "
+            "tensor-core design from the harness's parent clock):", "",
+            "| problem | cuBLAS fp32 GEMM + fused epilogue | 3xTF32 tensor cores |", "|---|---|---|"]
+    for r in tc["results"]:
+        out.append(f"| {r['problem']} | {_f(r.get('cublas_vs_eager'), '{:.3f}x')} | "
+                   f"{_f(r.get('speedup_vs_eager'), '{:.3f}x')} |")
+    if tc.get("sweep"):
+        out += ["", "### The chunk length", "",
+                "In one process, each solution's extension with the hi*hi GEMM's K-chunk set to each length (the "
+                "tensor cores' accumulation truncates; chunks are summed in fp32): forward median ms (CUDA events, "
+                "L2 flushed) and error against float64 as a multiple of the fp32 reference's, on a uniform and a "
+                "`randn*2+0.5` input. * = the length the solution ships with. Problems not listed were not swept "
+                "(the run's time limit).", "",
+                "| problem | K-chunk | chunks | ms | err uniform (x ref) | err randn*2+0.5 (x ref) |",
+                "|---|---|---|---|---|---|"]
+        for w in tc["sweep"]:
+            ratio = {k: w[f"err[{k}]"] / w[f"ref_err[{k}]"] if w.get(f"ref_err[{k}]") else None
+                     for k in ("uniform", "randn*2+0.5")}
+            out.append(f"| {w['problem']} | {w['k_chunk']}{' *' if w.get('shipped') else ''} | {w['chunks']} | "
+                       f"{_f(w.get('ms'))} | {_f(w['err[uniform]'], '{:.2e}')} ({_f(ratio['uniform'], '{:.2f}')}) | "
+                       f"{_f(w['err[randn*2+0.5]'], '{:.2e}')} ({_f(ratio['randn*2+0.5'], '{:.2f}')}) |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bench", type=Path)
     parser.add_argument("harness", type=Path, nargs="*")
     parser.add_argument("--probe", type=Path, action="append", default=[])
+    parser.add_argument("--tensor-cores", type=Path, help="tensor_core_solutions.py's JSON")
+    parser.add_argument("--floors", type=Path,
+                        help="the measured GEMM floors (reference_solutions/results/floors-h100.json)")
     args = parser.parse_args()
     bench = json.loads(args.bench.read_text())
     harness = [json.loads(p.read_text()) for p in args.harness]
-    sys.stdout.write(render(bench, harness, [p.read_text() for p in args.probe]))
+    tc = json.loads(args.tensor_cores.read_text()) if args.tensor_cores else None
+    if tc is not None:  # the cuBLAS design's speedup over eager, from the benchmark, beside the tensor cores'
+        by_id = {r["id"]: r.get("median_ms", {}) for r in bench["results"]}
+        for r in tc["results"]:
+            m = by_id.get(r["problem"].split("/")[1], {})
+            r["cublas_vs_eager"] = m["eager"] / m["solution"] if m.get("eager") and m.get("solution") else None
+    floors = json.loads(args.floors.read_text()) if args.floors else None
+    commit = args.tensor_cores.stem.rsplit("-", 1)[-1] if args.tensor_cores else "?"
+    sys.stdout.write(render(bench, harness, [p.read_text() for p in args.probe], tc, floors, commit))
     return 0
 
 

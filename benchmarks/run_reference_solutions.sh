@@ -5,8 +5,11 @@
 #                                                                  profiler kernel times)
 #   benchmarks/run_reference_solutions.sh harness [problems...]  -> $OUT/harness-<ids>.json (5 evaluations each
 #                                                                  through the harness: verdicts, speedup spread)
-#   python benchmarks/render_results.py bench.json harness-*.json [--probe probe.txt] > reference_solutions/RESULTS.md
-# The two GPU stages are separate commands, each under 10 minutes on an H100.
+#   python benchmarks/tensor_core_solutions.py --json $OUT/tensor-cores.json   -> the 3xTF32 design through the
+#                                                                  harness, and its chunk sweep
+#   python benchmarks/render_results.py bench.json harness-*.json [--probe probe.txt] \
+#       --tensor-cores tensor-cores-h100-<commit>.json --floors floors-h100.json > reference_solutions/RESULTS.md
+# Each GPU stage is a command of its own, under 10 minutes on an H100.
 set -uo pipefail
 . "$(dirname "$0")/../scripts/device-env.sh"
 export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}

@@ -8,6 +8,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,12 +106,93 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
+# A scratch dir's owner holds an exclusive flock on this file (close-on-exec: no child inherits it) for as long as
+# the dir is in use; the kernel drops the lock when the owner dies, however it died.
+_OWNER_LOCK = ".owner.lock"
+_held: dict[Path, int] = {}  # this process's scratch dirs -> their owner lock's fd
+_held_lock = threading.Lock()
+_UNLOCKED_STALE_S = 6 * 3600  # a dir without an owner lock (made by an older harness) is left over past this age
+_SWEEP_EVERY_S = 60.0
+_last_sweep = [0.0]
+
+
 def new_scratch_dir(settings: Settings, prefix: str = "kh-eval-") -> Path:
-    """A private temp dir (mode 0700) under the scratch root; the caller removes it (`scratch_dir`)."""
+    """A private temp dir (mode 0700) under the scratch root, owned by this process until `remove_scratch_dir`
+    (`scratch_dir` does both). Leftovers of processes that died hard are swept first (`sweep_scratch`)."""
     root = settings.scratch_dir
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    if time.monotonic() - _last_sweep[0] > _SWEEP_EVERY_S:
+        _last_sweep[0] = time.monotonic()
+        sweep_scratch(Path(root or tempfile.gettempdir()))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    fd = os.open(path / _OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    with _held_lock:
+        _held[path] = fd
+    return path
+
+
+def remove_scratch_dir(path: Path) -> None:
+    """Remove a scratch dir this process made, and give up its ownership."""
+    shutil.rmtree(path, ignore_errors=True)
+    with _held_lock:
+        fd = _held.pop(path, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def sweep_scratch(root: Path, prefixes: tuple[str, ...] = ("kh-eval-", "kh-trusted-")) -> list[Path]:
+    """Remove the scratch dirs under `root` whose owner is gone: a process killed hard (SIGKILL, a call's time
+    limit) never runs its cleanup, and an H100 host's disk filled with such leftovers. A dir whose owner lock is
+    free is left over; one with no lock file only once it is `_UNLOCKED_STALE_S` old (a dir is locked the moment
+    it is made, so a young one may be about to be). Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = [p for p in root.iterdir() if p.name.startswith(prefixes)]
+    except OSError:
+        return removed
+    for path in entries:
+        with _held_lock:
+            if path in _held:
+                continue
+        if path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            fd = os.open(path / _OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime > _UNLOCKED_STALE_S:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its owner is alive
+            os.close(fd)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+        removed.append(path)
+    return removed
+
+
+def remove_files(directory: Path) -> None:
+    """Remove the files in a dir a sandboxed child owns, never following a link it may have put there: the dir is
+    opened without following one, and its entries are unlinked through that fd (a link itself, not its target)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for entry in os.scandir(fd):
+            if not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -119,7 +202,7 @@ def scratch_dir(settings: Settings, made: Path | None = None) -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_scratch_dir(path)
 
 
 def database_url(settings: Settings) -> str:

@@ -3,9 +3,10 @@
 
     HARNESS_TEST_DATA_DIR=/tmp/kh-data python3 scripts/build_cuda_sources.py
 
-The reference solutions and the CUDA fixtures each take a minute of nvcc; built one after another inside their
-evaluations, they leave the GPU idle for most of a suite run. Here they build side by side, one per core, into the
-build dirs their evaluations on this GPU will find (runner.precompile), and the suite's evaluations only load them.
+The reference solutions (both designs) and the CUDA fixtures each take a minute of nvcc; built one after another
+inside their evaluations, they leave the GPU idle for most of a suite run. Here they build side by side, one per
+core, into the build dirs their evaluations on this GPU will find (runner.precompile), and the suite's evaluations
+only load them.
 A source that fails to build here builds (and fails) again in its own evaluation: nothing is decided here.
 """
 
@@ -25,7 +26,8 @@ from harness.sandbox.runner import precompile, probe_device  # noqa: E402
 
 
 def sources() -> list[Path]:
-    found = [*sorted((ROOT / "reference_solutions").glob("*.py")), *sorted((ROOT / "tests" / "fixtures").rglob("*.py"))]
+    found = [*sorted((ROOT / "reference_solutions").rglob("*.py")),
+             *sorted((ROOT / "tests" / "fixtures").rglob("*.py"))]
     return [p for p in found if "load_inline" in p.read_text(errors="replace")]
 
 

@@ -76,6 +76,20 @@ def settings(tmp_path_factory) -> Settings:
 
 
 @pytest.fixture(scope="session")
+def warm_reference(settings):
+    """`warm_reference(problem_id)`: a trusted pool of that problem's own for the session (one warm trusted
+    process each, `harness/sandbox/warm.py`), as a worker's slot keeps one. The gpu tests that run one at a time
+    (the stage "alone") pay each reference's start, probe and build once per problem rather than once per test, and
+    test the warm path that a worker takes."""
+    from harness.sandbox.warm import TrustedPool
+
+    pools: dict[str, TrustedPool] = {}
+    yield lambda problem_id: pools.setdefault(problem_id, TrustedPool(settings))
+    for pool in pools.values():
+        pool.close()
+
+
+@pytest.fixture(scope="session")
 def registry():
     return get_registry()
 

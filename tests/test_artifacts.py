@@ -1,9 +1,12 @@
-"""The build cache stays bounded: least recently used build dirs go first, one in use never."""
+"""The build cache stays bounded: least recently used build dirs go first, one in use never. Scratch dirs left by
+a process killed hard are swept; a child's files are removed without following its links."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from pathlib import Path
 
 from harness import artifacts
 from harness.config import Settings
@@ -49,3 +52,58 @@ def test_a_build_dir_removed_by_pruning_is_made_again_on_use(tmp_path):
     assert artifacts.prune_build_cache(settings, max_bytes=0) == [d] and not d.exists()
     with artifacts.exclusive_build_dir(d):
         assert d.is_dir()
+
+
+def _scratch_settings(tmp_path):
+    return Settings(data_dir=tmp_path / "data", scratch_dir=tmp_path / "scratch")
+
+
+def test_a_scratch_dir_left_by_a_process_killed_hard_is_swept_and_a_live_ones_is_kept(tmp_path):
+    """Two GPU suite runs killed at a time limit left their evaluations' scratch dirs (gigabytes of trial files) on
+    an H100 host, whose disk then filled. A dir whose owner died is swept; one whose owner lives, or this process's
+    own, is kept; an unlocked dir (an older harness's) only once it is old."""
+    import subprocess
+    import sys
+
+    settings = _scratch_settings(tmp_path)
+    root = settings.scratch_dir
+    mine = artifacts.new_scratch_dir(settings)
+    code = ("import sys, time; from pathlib import Path; from harness import artifacts; from harness.config import "
+            "Settings; s = Settings(data_dir=Path(sys.argv[1]), scratch_dir=Path(sys.argv[2])); "
+            "print(artifacts.new_scratch_dir(s), flush=True); time.sleep(60)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(settings.data_dir), str(root)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    dead, alive = (Path(p.stdout.readline().strip()) for p in procs)
+    (dead / "trial.pt").write_bytes(b"x" * 1024)
+    procs[0].kill()
+    procs[0].wait()
+    young, old = root / "kh-eval-young", root / "kh-eval-old"
+    young.mkdir()
+    old.mkdir()
+    os.utime(old, (time.time() - 7 * 3600,) * 2)
+    try:
+        assert sorted(artifacts.sweep_scratch(root)) == sorted([dead, old])
+        assert mine.is_dir() and alive.is_dir() and young.is_dir() and not dead.exists()
+    finally:
+        procs[1].kill()
+        procs[1].wait()
+    assert artifacts.sweep_scratch(root) == [alive]
+    artifacts.remove_scratch_dir(mine)
+    assert not mine.exists()
+
+
+def test_removing_a_childs_files_never_follows_its_links(tmp_path):
+    outputs, elsewhere = tmp_path / "outputs", tmp_path / "elsewhere"
+    outputs.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("kept")
+    (outputs / "output_0.pt").write_bytes(b"x")
+    (outputs / "link").symlink_to(elsewhere / "precious")
+    (outputs / "subdir").symlink_to(elsewhere)
+    artifacts.remove_files(outputs)
+    assert sorted(p.name for p in outputs.iterdir()) == []
+    assert (elsewhere / "precious").read_text() == "kept"
+    linked = tmp_path / "linked"
+    linked.symlink_to(elsewhere)
+    artifacts.remove_files(linked)  # the dir itself a link: nothing is removed through it
+    assert (elsewhere / "precious").exists()

@@ -190,7 +190,9 @@ class Candidate:
         code = self.proc.proc.returncode
         self.exit.returncode = code
         self.exit.signal = None if self.exit.finished else describe_returncode(code)
-        if self.proc.killed_by_parent and not self.exit.timed_out and not self.exit.finished:
+        if self.proc.limit_exceeded:  # killed for a resource limit: that is why, whatever it did after
+            self.exit.signal = f"{self.exit.signal or 'a signal'} from the harness for its {self.proc.limit_exceeded}"
+        elif self.proc.killed_by_parent and not self.exit.timed_out and not self.exit.finished:
             self.exit.signal = f"{self.exit.signal or 'a signal'} from the harness (it closed its channel but did " \
                                "not exit)"
         self.proc.reap()

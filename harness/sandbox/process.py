@@ -76,6 +76,8 @@ class ChildProcess:
         self.log_path = log_path
         self.jail = jail
         self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
+        # Its share of disk: the settings' own, plus what the harness asks it to keep (`allow_disk`).
+        self.disk_limit = jail.disk_limit_bytes if jail is not None else None
         if jail is not None:
             jail.setup()  # SandboxError: the harness's failure
         read_fd, write_fd = os.pipe()
@@ -117,14 +119,19 @@ class ChildProcess:
         self._reader.start()
         self.killed_by_parent = False
         self._watch_stop = threading.Event()
-        if jail is not None and jail.disk_limit_bytes and jail.writable:
-            threading.Thread(target=self._watch_disk, args=(jail.disk_limit_bytes, jail.writable), daemon=True,
-                             name="disk-watch").start()
+        if jail is not None and self.disk_limit and jail.writable:
+            threading.Thread(target=self._watch_disk, args=(jail.writable,), daemon=True, name="disk-watch").start()
 
-    def _watch_disk(self, limit: int, paths: list[Path]) -> None:
+    def allow_disk(self, extra_bytes: int) -> None:
+        """Raise the child's share of disk by what the harness itself asks it to write and keep (a problem's trial
+        outputs at its own size can be gigabytes: the harness's demand is never the child's excess)."""
+        if self.disk_limit:
+            self.disk_limit += max(0, extra_bytes)
+
+    def _watch_disk(self, paths: list[Path]) -> None:
         """Disk has no rlimit: the parent measures the child's dirs and kills it past its share."""
         while not self._watch_stop.wait(0.5) and self.proc.poll() is None:
-            used = tree_bytes(paths)
+            used, limit = tree_bytes(paths), self.disk_limit or 0
             if used > limit:
                 self.limit_exceeded = f"disk: the child wrote {used // 2**20} MiB, over its {limit // 2**20} MiB"
                 with contextlib.suppress(OSError):

@@ -330,6 +330,10 @@ class _Evaluation:
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
         self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
+        # What the harness asks the candidate to keep on disk is never its excess: every trial's output, the
+        # determinism re-run's and one hand-over's picks (judged files are removed once judged).
+        kept = len(prepared.get("distributions") or [None] * self.trials) + 1 + windows.PICKS_PER_WINDOW
+        self.candidate.proc.allow_disk(int(1.1 * kept * prepared["output_bytes"]))
         self.phases.end("reference_prepare")
         return prepared
 
@@ -378,6 +382,7 @@ class _Evaluation:
         judged = self.trusted.call(JudgeCommand(outputs_dir=self.cand_home / "outputs", atol=self.tolerance.atol,
                                                 rtol=self.tolerance.rtol).model_dump(mode="json"), "judged")
         self._trusted_seconds("judge", judged)
+        artifacts.remove_files(self.cand_home / "outputs")  # judged: at a problem's own size, gigabytes
         self.phases.end("judge")
         self.obs.trials = [TrialFigures.model_validate({**t, "inputs": self.distributions[t["trial"]]})
                            for t in judged["trials"]]
@@ -501,8 +506,7 @@ class _Evaluation:
             check.calls.append(TrialFigures.model_validate({**figures, "trial": window * calls + j,
                                                              "inputs": "timed window"}))
             check.reported += path.exists()
-            with contextlib.suppress(OSError):
-                path.unlink()
+        artifacts.remove_files(self.cand_home / "outputs")
 
     def trace_kernels(self) -> None:
         """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost), unless
@@ -601,7 +605,7 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):
             log.warning("the next candidate's process could not start ahead: %s: %s", type(e).__name__, e)
-        shutil.rmtree(work, ignore_errors=True)
+        artifacts.remove_scratch_dir(work)
         shutil.rmtree(job, ignore_errors=True)
         return False
     pool.keep_spare(SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate))

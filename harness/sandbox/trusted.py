@@ -141,6 +141,10 @@ class _Clock:
         self._t = now
 
 
+# Expected outputs and float64 ground truths kept in the device's memory from the prepare to the judge, at most.
+KEEP_BYTES = 8 << 30
+
+
 class ExchangeSpace(RuntimeError):
     """The exchange dir's filesystem cannot hold an evaluation at this size: the host's limit, not the submission's."""
 
@@ -191,8 +195,10 @@ def read_untrusted(path: Path, max_bytes: int) -> bytes:
 class Trusted:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
-        self.expected: list[Any] = []
+        self.expected: list[Any] = []  # per trial; None where it is recomputed at the judge (`recompute`)
         self.ground_truth: list[Any] = []
+        self.recompute: list[bool] = []
+        self._trial_seeds: tuple[int, list[int]] = (0, [])  # the trials' input seed and forward seeds
         self.model: torch.nn.Module | None = None
         self.compiled: Any = None
         self.module: Any = None
@@ -229,7 +235,7 @@ class Trusted:
     def release(self) -> dict[str, Any]:
         """Forget the evaluation just ended (its expected outputs and ground truth), give the device memory back
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
-        self.expected, self.ground_truth, self.distributions = [], [], []
+        self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {}
@@ -259,32 +265,41 @@ class Trusted:
         # seeds, and the candidate is told the same seeds: a stochastic reference (dropout) draws alike on both sides.
         forward_seeds = [secrets.randbits(62) for _ in distributions]
         stochastic = False
+        self._trial_seeds = (cmd.input_seed, forward_seeds)
+        kept_bytes, output_bytes, output_shapes = 0, 0, []
         with torch.no_grad():
-            for i, dist in enumerate(distributions):
-                torch.manual_seed(cmd.input_seed + i)
-                inputs = list(self.module.get_inputs())  # on the CPU, as KernelBench makes them
-                if dist != "get_inputs":
-                    inputs = problem_module.redistribute(inputs)
-                torch.save(inputs, cmd.exchange_dir / inputs_file(i))
+            for i in range(len(distributions)):
+                inputs = self._trial_inputs(i)  # on the CPU, as KernelBench makes them
                 on_device = problem_module.to_device(inputs, self.device)
                 problem_module.synchronize(self.device)
                 t0 = time.perf_counter()
                 problem_module.manual_seed(forward_seeds[i], self.device)
-                self.expected.append(self.model(*on_device))
+                expected = self.model(*on_device)
                 problem_module.synchronize(self.device)
                 call_s.append(time.perf_counter() - t0)
-                problem_module.manual_seed(forward_seeds[i], self.device)
-                self.ground_truth.append(_float64_forward(model64, on_device))
                 if i == 0:  # the same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
-                    stochastic = not _same_outputs(self.model(*on_device), self.expected[0])
+                    stochastic = not _same_outputs(self.model(*on_device), expected)
+                    # Before the first file is written: on a full disk torch.save fails with a riddle.
                     check_exchange_space(cmd.exchange_dir, len(distributions), _tensor_bytes(inputs),
-                                         _tensor_bytes(_as_list(self.expected[0]) or []))
+                                         _tensor_bytes(_as_list(expected) or []))
+                    output_shapes = [list(o.shape) for o in _as_list(expected) or [] if isinstance(o, torch.Tensor)]
+                    output_bytes = _tensor_bytes(_as_list(expected) or [])
+                torch.save(inputs, cmd.exchange_dir / inputs_file(i))
+                problem_module.manual_seed(forward_seeds[i], self.device)
+                truth = _float64_forward(model64, on_device)
+                # Kept to the judge while they fit KEEP_BYTES; past that (a KernelBench file at its own size: 7
+                # trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
+                size = _tensor_bytes(_as_list(expected) or []) + _tensor_bytes(_as_list(truth) or [])
+                keep = kept_bytes + size <= KEEP_BYTES
+                kept_bytes += size if keep else 0
+                self.expected.append(expected if keep else None)
+                self.ground_truth.append(truth if keep else None)
+                self.recompute.append(not keep)
+                del expected, truth, on_device
         problem_module.synchronize(self.device)
         del model64
         clock.lap("trials")
-        outputs = [o for o in _as_list(self.expected[0]) or [] if isinstance(o, torch.Tensor)]
-        output_bytes = sum(o.numel() * o.element_size() for o in outputs)
         first_inputs = problem_module.seeded_inputs(self.module, 0, self.device)
         input_bytes = sum(t.numel() * t.element_size() for t in first_inputs if isinstance(t, torch.Tensor))
         del first_inputs
@@ -301,7 +316,7 @@ class Trusted:
             "device": self.device.type,
             "init_arg_count": len(init_args),
             "distributions": distributions,
-            "output_shapes": [list(o.shape) for o in outputs],
+            "output_shapes": output_shapes,
             "output_bytes": output_bytes,
             "input_bytes": input_bytes,
             # The first call pays for lazy initialisation: the fastest of the others sizes the timed windows.
@@ -316,41 +331,62 @@ class Trusted:
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
         clock = _Clock(self.device)
         trials = []
-        for i, (exp, gt) in enumerate(zip(self.expected, self.ground_truth, strict=True)):
+        found: dict[str, dict[int, dict[str, Any]]] = {}  # outputs that compute nothing: how they compare
+        model64 = _float64_copy(self.model) if any(self.recompute) else None
+        for i, dist in enumerate(self.distributions):
+            exp, gt = self._trial_outputs(i, model64)
             trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
+            if dist == "get_inputs":  # the problem's own inputs decide what its tolerance means
+                self._trivial(found, exp, gt, cmd)
+            del exp, gt
         clock.lap("trials")
         determinism = self._determinism(cmd.outputs_dir)
         clock.lap("determinism")
-        trivial = self._trivial(cmd)
-        clock.lap("trivial")
+        trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
         return {"trials": trials, "determinism": determinism, "trivial": trivial, "seconds": clock.seconds}
 
-    def _trivial(self, cmd: JudgeCommand) -> list[dict[str, Any]]:
-        """How outputs that compute nothing compare with the reference's on every trial: all zeros, one constant (the
-        output's mean), each row's mean. Where one passes at a tolerance, passing proves nothing there."""
-        found: dict[str, dict[int, dict[str, Any]]] = {}
-        for exp, gt, dist in zip(self.expected, self.ground_truth, self.distributions, strict=True):
-            if dist != "get_inputs":
-                continue  # the problem's own inputs decide what its tolerance means
-            exps = _as_list(exp) or []
-            gts = (_as_list(gt) or []) if gt is not None else [None] * len(exps)
-            for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
-                if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
-                    continue
-                trivial = [("zeros", torch.zeros_like(e))]
-                # The output's mean, and each row's, stand for the output only where it varies: a single number (a
-                # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
-                # own row mean, and computing that is the work.
-                if bool(e.amax() != e.amin()):
-                    trivial.append(("constant", torch.full_like(e, float(e.mean()))))
-                if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
-                    trivial.append(("row mean", e.mean(dim=-1, keepdim=True).expand_as(e).contiguous()))
-                for kind, t in trivial:
-                    fig = self._compare(k, t, e, g, cmd)
-                    worst = found.setdefault(kind, {}).get(k)
-                    if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
-                        found[kind][k] = fig
-        return [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
+    def _trial_inputs(self, i: int) -> list[Any]:
+        """Trial i's inputs, on the CPU, from its seed (the same every time they are made)."""
+        torch.manual_seed(self._trial_seeds[0] + i)
+        inputs = list(self.module.get_inputs())
+        return problem_module.redistribute(inputs) if self.distributions[i] != "get_inputs" else inputs
+
+    def _trial_outputs(self, i: int, model64: torch.nn.Module | None) -> tuple[Any, Any]:
+        """Trial i's expected output and float64 ground truth: kept since the prepare, or computed again on the same
+        inputs and forward seed."""
+        if not self.recompute[i]:
+            return self.expected[i], self.ground_truth[i]
+        forward_seed = self._trial_seeds[1][i]
+        with torch.no_grad():
+            on_device = problem_module.to_device(self._trial_inputs(i), self.device)
+            problem_module.manual_seed(forward_seed, self.device)
+            exp = self.model(*on_device)
+            problem_module.manual_seed(forward_seed, self.device)
+            return exp, _float64_forward(model64, on_device)
+
+    def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
+        """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
+        output's mean), each row's mean; the worst over the trials is kept in `found`. Where one passes at a
+        tolerance, passing proves nothing there."""
+        exps = _as_list(exp) or []
+        gts = (_as_list(gt) or []) if gt is not None else [None] * len(exps)
+        for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
+            if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
+                continue
+            trivial = [("zeros", torch.zeros_like(e))]
+            # The output's mean, and each row's, stand for the output only where it varies: a single number (a
+            # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
+            # own row mean, and computing that is the work.
+            if bool(e.amax() != e.amin()):
+                trivial.append(("constant", torch.full_like(e, float(e.mean()))))
+            if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
+                trivial.append(("row mean", e.mean(dim=-1, keepdim=True).expand_as(e).contiguous()))
+            for kind, t in trivial:
+                fig = self._compare(k, t, e, g, cmd)
+                worst = found.setdefault(kind, {}).get(k)
+                if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
+                    found[kind][k] = fig
+            del trivial
 
     def _load(self, path: Path) -> tuple[Any, list[str]]:
         return self._unpickle(read_untrusted(path, self.max_output_file))

@@ -72,7 +72,7 @@ class WarmTrusted:
             proc.send({"cmd": "exit"})
         proc.wait_exit(self.kill_grace_s)
         proc.reap()
-        shutil.rmtree(self.home, ignore_errors=True)
+        artifacts.remove_scratch_dir(self.home)
 
 
 @dataclass
@@ -90,7 +90,7 @@ class SpareCandidate:
         what was made for it (its job dir too, unless the evaluation writes its result there)."""
         self.candidate.stop()
         self.candidate.finish()
-        shutil.rmtree(self.work, ignore_errors=True)
+        artifacts.remove_scratch_dir(self.work)
         if not keep_job:
             shutil.rmtree(self.job, ignore_errors=True)
 

@@ -22,12 +22,15 @@ TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CORPUS})
 CPU_TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CPU})
 
 
-def _evaluate(settings, problem: str, path: str, device: str, problems_dir: str | None = None) -> EvalResult:
+def _evaluate(settings, problem: str, path: str, device: str, problems_dir: str | None = None,
+              warm_reference=None) -> EvalResult:
     # No torch.compile baseline: it costs ~15 s an evaluation and no exploit here needs it.
     text = (ROOT / path).read_text()
     spec = get_registry(ROOT / problems_dir if problems_dir else None).get(problem)
     size = "small" if "small" in spec.sizes else "default"
-    return evaluate(spec, text, EvalOptions(device=device, size=size, compile_baseline="off"), settings)
+    pool = warm_reference(spec.id) if warm_reference is not None else None
+    options = EvalOptions(device=device, size=size, compile_baseline="off", trusted_pool=pool)
+    return evaluate(spec, text, options, settings)
 
 
 def _show(tag: str, r: EvalResult) -> None:
@@ -85,8 +88,8 @@ def test_exploit_gets_its_verdict_on_the_gpu(settings, e):
 @pytest.mark.gpu
 @pytest.mark.alone
 @pytest.mark.parametrize(("problem", "path", "problems_dir"), TWINS, ids=[p for _, p, _ in TWINS])
-def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir):
-    r = _evaluate(settings, problem, path, "cuda", problems_dir or None)
+def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir, warm_reference):
+    r = _evaluate(settings, problem, path, "cuda", problems_dir or None, warm_reference)
     _show(f"TWIN {path}", r)
     _twin_passes(r, path)
     if path.startswith("reference_solutions/"):

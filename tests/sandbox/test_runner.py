@@ -448,14 +448,15 @@ def small_scratch(settings, tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.mark.parametrize(("batch", "fits"), [(128, False), (16, True)])
+@pytest.mark.parametrize(("batch", "fits"), [(128, False), (2048, False), (16, True)])
 def test_a_size_whose_trial_files_cannot_fit_the_scratch_disk_is_the_hosts_limit_said_plainly(
         small_scratch, tmp_path, batch, fits):
     """KernelBench's level1 files at their own size write 90 GB of trial inputs and outputs: on a 64 GB disk the
     evaluation failed half-way with torch.save's "unexpected pos 704 vs 598" (on the CPU: runtime_error, the
     submission blamed). Here 6 trials (the settings' 5 and the extra one) of 2 MiB in and 2 MiB out, 24 MiB, on a
-    24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do; the same
-    problem at an eighth of the size passes on the same disk."""
+    24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do; so are trials
+    whose first input file alone (32 MiB) cannot be written (the check once ran only after it was: an H100 host's
+    disk full of leftovers gave the riddle again); the same problem at an eighth of the size passes."""
     from harness.problems import load_kernelbench_dir
 
     level = tmp_path / "level1"
@@ -481,3 +482,22 @@ def test_the_exchange_space_check_counts_every_trials_input_and_output(tmp_path,
     trusted.check_exchange_space(tmp_path, 7, 6 << 20, 6 << 20)  # 84 MiB (92 with a tenth to spare) of 100
     with pytest.raises(trusted.ExchangeSpace, match=r"7 trials of 0.01 GiB in, 0.01 GiB out"):
         trusted.check_exchange_space(tmp_path, 7, 7 << 20, 6 << 20)  # 91 MiB, 100 with the tenth
+
+
+def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candidates_disk_share(settings, tmp_path):
+    """KernelBench's level1/54 at its own size (976 MB outputs) was killed on an H100 for writing 8199 MiB, over its
+    8192 MiB share: the 7 trial outputs and a hand-over that the harness itself asked it to keep. The share grows by
+    what the harness asks to be kept, and judged outputs are removed. Here: 7 outputs of 4 MiB against an 8 MiB
+    share; the honest reference passes. The exploit that fills the disk on its own (test_containment) is still
+    killed, and its verdict names the limit."""
+    from harness.problems import load_kernelbench_dir
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "19_ReLU.py").write_text(_RELU.format(batch=256))
+    (spec,) = load_kernelbench_dir(level)
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    tight = settings.model_copy(update={"child_disk_mb": 8})
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), tight)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    assert "killed" not in (r.observations.log_tail or "")

@@ -1,0 +1,76 @@
+"""The trusted side's expected outputs: kept from the prepare to the judge while they fit, computed again there
+one trial at a time past that. In this process, on the CPU, with the module's own classes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.sandbox import trusted
+from harness.sandbox.protocol import DETERMINISM_FILE, JudgeCommand, PrepareCommand, ProblemLoad, output_file
+
+_DROPOUT_LINEAR = """import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 32)
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.linear(x), p=0.5, training=True)
+def get_inputs():
+    return [torch.rand(16, 64)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _judge(tmp_path, keep_bytes: int, monkeypatch, candidate_outputs):
+    """Prepare and judge with KEEP_BYTES at `keep_bytes`; the candidate's outputs are `candidate_outputs(side, i)`."""
+    monkeypatch.setattr(trusted, "KEEP_BYTES", keep_bytes)
+    problem = tmp_path / "problem.py"
+    problem.write_text(_DROPOUT_LINEAR)
+    side = trusted.Trusted()
+    prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
+                                           draw_seed=7, input_seed=1234, trials=3, exchange_dir=tmp_path / "ex"))
+    outputs = tmp_path / f"out-{keep_bytes}"
+    outputs.mkdir()
+    for i in range(len(prepared["distributions"])):
+        torch.save(candidate_outputs(side, i, prepared), outputs / output_file(i))
+    torch.save(candidate_outputs(side, 0, prepared), outputs / DETERMINISM_FILE)
+    return side, prepared, side.judge(JudgeCommand(outputs_dir=outputs, atol=1e-4, rtol=1e-4))
+
+
+def _reference(side, i, prepared):
+    """What an honest candidate computes for trial i: the reference on the trial's inputs and forward seed."""
+    inputs = side._trial_inputs(i)
+    with torch.no_grad():
+        torch.manual_seed(prepared["forward_seeds"][i])
+        return side.model(*inputs)
+
+
+@pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
+def test_expected_outputs_recomputed_at_the_judge_judge_as_the_kept_ones(tmp_path, monkeypatch, keep_bytes):
+    """KernelBench's level1/41 at its own size: 7 trials of 3.2 GB outputs and their 6.4 GB float64 truths ran an
+    H100 out of memory in the trusted process. Past KEEP_BYTES nothing is kept and each trial's is computed again
+    at the judge, on the same inputs and forward seed (a stochastic reference too, here dropout): an honest
+    candidate passes every trial exactly, and its error against float64 is measured, either way."""
+    side, prepared, judged = _judge(tmp_path, keep_bytes, monkeypatch, _reference)
+    assert prepared["stochastic"] and prepared["output_shapes"] == [[16, 32]]
+    assert side.recompute == [keep_bytes == 0] * 4
+    for t in judged["trials"]:
+        (o,) = t["outputs"]
+        assert o["max_abs_err"] == 0 and o["mismatches_at_eval_tolerance"] == 0, t
+        assert o["err_vs_fp64"] is not None and o["err_vs_fp64"] < 1e-5
+    assert judged["determinism"]["bitwise_equal"]
+    kinds = {k["kind"] for k in judged["trivial"]}
+    assert kinds == {"zeros", "constant", "row mean"}
+
+
+@pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
+def test_recomputed_expected_outputs_still_catch_a_wrong_trial(tmp_path, monkeypatch, keep_bytes):
+    def wrong_on_trial_2(side, i, prepared):
+        out = _reference(side, i, prepared)
+        return out + 1e-2 if i == 2 else out
+
+    _, _, judged = _judge(tmp_path, keep_bytes, monkeypatch, wrong_on_trial_2)
+    bad = [t["trial"] for t in judged["trials"] if t["outputs"][0]["mismatches_at_eval_tolerance"]]
+    assert bad == [2]
