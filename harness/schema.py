@@ -142,6 +142,9 @@ class TimedOutputCheck(BaseModel):
     # candidate that computes an output only when asked for it pays for it here.
     handover_ms: list[float] = Field(default_factory=list)
     reference_save_ms: list[float] = Field(default_factory=list)
+    # Each hand-over's check by the trusted side on the parent's clock, less the time of its own steps: the round
+    # trip's latency on this host at that moment, paired with the hand-over (a loaded host delays every wake-up).
+    latency_ms: list[float] = Field(default_factory=list)
     handover_slack_ms: float | None = None
     # The judge's figures for each checked output (`trial` is its call index), graded like a trial's.
     calls: list[TrialFigures] = Field(default_factory=list)

@@ -90,6 +90,22 @@ def test_a_handover_that_computes_is_flagged_and_one_that_only_saves_passes():
     assert _checks(_passing(candidate_timing=_window_timing(0.01), timed_outputs=within_slack))[0] == Verdict.passed
 
 
+def test_a_loaded_hosts_round_trip_latency_is_not_taken_for_computing_at_the_hand_over():
+    """On an H100 host busy with nvcc and 8 evaluations, an honest pure-PyTorch submission (0.14 ms a call) handed
+    over 2 outputs 5.06 ms slower than the trusted side saved them (allowed 3.62 ms): flagged handover_time. The
+    host's latency at each hand-over (the trusted side's check of it, less its own steps) is taken off, pair by
+    pair; the lazy window still pays the computing it left out of the window, whatever the latency."""
+    honest_loaded = _handed_over(0.0).model_copy(update={
+        "handover_ms": [7.2, 6.1, 6.6, 5.9, 7.0], "reference_save_ms": [1.2] * 3, "expected": 10, "reported": 10})
+    obs = _passing(candidate_timing=_window_timing(0.14), timed_outputs=honest_loaded)
+    assert _checks(obs) == (Verdict.flagged, ["handover_time"])  # no latency measured: what the H100 run saw
+    paired = honest_loaded.model_copy(update={"latency_ms": [5.5, 4.8, 5.1, 4.6, 5.7]})
+    assert _checks(_passing(candidate_timing=_window_timing(0.14), timed_outputs=paired))[0] == Verdict.passed
+    lazy = paired.model_copy(update={"handover_ms": [h + 40.0 for h in paired.handover_ms]})
+    g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=lazy), TOL)
+    assert [f.check for f in g.flags] == ["handover_time"] and "round-trip latency, median 5.1 ms" in g.log_excerpt
+
+
 def test_noisy_windows_pass_unranked_as_timing_unreliable():
     g = grade(_passing(candidate_timing=_window_timing(1.0, spread=0.4), eager_timing=_window_timing(1.0)), TOL)
     assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["timing_unreliable"]

@@ -494,11 +494,12 @@ class _Evaluation:
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
         files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
-        checked = self.trusted.call(CheckHandoverCommand(
+        wall_ms, checked = self.trusted.timed_call(CheckHandoverCommand(
             files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
             atol=self.tolerance.atol, rtol=self.tolerance.rtol, save_dir=self.trusted_home / "saves",
             time_save=len(check.reference_save_ms) < windows.SAVES_TIMED).model_dump(mode="json"), "handover_checked")
         self._trusted_seconds("handover", checked)
+        check.latency_ms.append(round(max(0.0, wall_ms - 1e3 * sum((checked.get("seconds") or {}).values())), 4))
         if checked["save_ms"] is not None:
             check.reference_save_ms.append(round(checked["save_ms"], 4))
         for j, figures, path in zip(picks, checked["checks"], files, strict=True):

@@ -37,6 +37,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     check = o.timed_outputs  # up to two outputs of each window, picked after it, judged element by element
     picks = min(2, o.candidate_timing.calls_per_window)
     assert len(check.handover_ms) == len(check.reference_save_ms) == 3  # small outputs: every window is checked
+    assert len(check.latency_ms) == 3 and all(0 <= lat < 1e3 for lat in check.latency_ms)
     assert check.reported == check.expected == len(check.calls) == 3 * picks
     assert all(c.outputs and c.outputs[0].max_abs_err == 0.0 for c in check.calls)
     assert o.state_dict is not None and set(o.state_dict.copied) == {
