@@ -79,6 +79,9 @@ _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
 _TRACE_FLOOR_S = 60.0  # the profiler's start-up alone takes 5-7 s on an H100 host, more beside other evaluations
 _HEADROOM = 50.0  # times the reference's time per call
+# Writing outputs to the scratch disk is paid on top, at this pessimistic rate: a problem at its own size saves
+# gigabytes of trial outputs (KernelBench's level2/19: 7 of 2.2 GB), which no headroom over its calls covers.
+_SLOW_WRITE_BYTES_PER_S = 100e6
 
 
 class _Phases:
@@ -226,6 +229,7 @@ class _Evaluation:
         self.keep_trusted = True  # False once the trusted side failed: it serves no other evaluation
         self.run_limit = options.run_timeout_s or spec.run_timeout_s
         self.call_ms = 0.0  # the reference's time per call, once prepared
+        self.output_bytes = 0  # the reference's outputs' bytes per call, once prepared
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
 
@@ -327,6 +331,7 @@ class _Evaluation:
         prepared = self.trusted.wait("prepared").fields
         self._trusted_seconds("prepare", prepared)
         self.call_ms = float(prepared["call_ms"])
+        self.output_bytes = int(prepared["output_bytes"])
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
         self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
@@ -368,7 +373,8 @@ class _Evaluation:
     def run_trials(self) -> None:
         assert self.candidate is not None
         reply = self.candidate.request(RunTrials(trials=self.obs.trials_expected, forward_seeds=self.forward_seeds),
-                                       self._limit(_CORRECTNESS_FLOOR_S, self.obs.trials_expected + 1),
+                                       self._limit(_CORRECTNESS_FLOOR_S, self.obs.trials_expected + 1,
+                                                   (self.obs.trials_expected + 1) * self.output_bytes),
                                        Phase.correctness)
         f = reply.fields
         self.obs.outputs_changed = ["determinism re-run" if t is None else f"trial {t}" for t in f["outputs_changed"]]
@@ -490,7 +496,8 @@ class _Evaluation:
         calls = len(seeds)
         picks = sorted(secrets.SystemRandom().sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
         check.expected += len(picks)
-        reply = self.candidate.request(Handover(window=window, picks=picks), self._limit(_WINDOW_FLOOR_S, calls),
+        reply = self.candidate.request(Handover(window=window, picks=picks),
+                                       self._limit(_WINDOW_FLOOR_S, calls, len(picks) * self.output_bytes),
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
         files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
@@ -534,10 +541,8 @@ class _Evaluation:
             name = f"{command}.{step}"
             self.obs.trusted_seconds[name] = round(self.obs.trusted_seconds.get(name, 0.0) + float(secs), 4)
 
-    def _limit(self, floor_s: float, calls: int) -> float:
-        """A command's deadline: generous headroom over the reference's time for its calls, above a floor, under the
-        problem's run limit."""
-        return min(self.run_limit, max(floor_s, _HEADROOM * calls * self.call_ms / 1e3))
+    def _limit(self, floor_s: float, calls: int, write_bytes: int = 0) -> float:
+        return command_deadline(floor_s, calls, self.call_ms, write_bytes, self.run_limit)
 
     def _size_for(self, device: str) -> str:
         return _size_for(self.spec, self.options.size, device)
@@ -551,6 +556,13 @@ class _Evaluation:
                                      self.job, self.obs)
         candidate.begin_import()
         return candidate
+
+
+def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: int, run_limit_s: float) -> float:
+    """A candidate command's deadline: generous headroom over the reference's time for its calls, and the time to
+    write the outputs it saves at a slow disk's rate, above a floor, under the problem's run limit."""
+    need = _HEADROOM * calls * call_ms / 1e3 + write_bytes / _SLOW_WRITE_BYTES_PER_S
+    return min(run_limit_s, max(floor_s, need))
 
 
 def _size_for(spec: ProblemSpec, size: str, device: str) -> str:

@@ -502,3 +502,14 @@ def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candid
     r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), tight)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
     assert "killed" not in (r.observations.log_tail or "")
+
+
+def test_a_commands_deadline_covers_writing_the_outputs_it_saves():
+    """KernelBench's level2/19 at its own size saves 7 trial outputs of 2.2 GB: its honest reference, resubmitted,
+    was a `timeout` on an H100 after the 30 s floor (50 x its 7 calls' time is a few seconds). The time to write
+    what a command saves, at 100 MB/s, is added; small outputs keep the floor; the problem's run limit caps it."""
+    from harness.sandbox.runner import command_deadline
+
+    assert command_deadline(30.0, 7, 20.0, 7 * 64 << 10, 300.0) == 30.0
+    assert command_deadline(30.0, 7, 20.0, 7 * 2_200_000_000, 300.0) == pytest.approx(7 + 154)
+    assert command_deadline(30.0, 7, 20.0, 70 * 2_200_000_000, 300.0) == 300.0
