@@ -53,6 +53,8 @@ def _sweep_dir(top: str, uid: int, removed: list[str]) -> None:
                 removed.append(entry.path)
             elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
                 _sweep_dir(entry.path, uid, removed)
+        except FileNotFoundError:
+            continue  # gone already: another sweep (a scratch dir whose owner died, another uid's) took it
         except OSError as e:
             log.error("could not remove %s of sandbox uid %d: %s", entry.path, uid, e)
 
