@@ -26,6 +26,9 @@ _EXCERPT_LINES = 30
 HANDOVER_CALL_SHARE = 0.5
 # ... plus this share of the trusted side's own save: writing tens of MB varies by that much from run to run.
 HANDOVER_SAVE_SHARE = 0.5
+# The host's round-trip latency taken off a hand-over, at most this many times the slack: a submission that loads
+# the host right after its reply delays the trusted side's wake-up too, and gains no more than this.
+HANDOVER_LATENCY_CREDIT = 3.0
 # Timed windows whose times per call spread wider than this (interquartile range over median) are too noisy to
 # rank: the result stands, marked timing_unreliable.
 SPREAD_LIMIT = 0.10
@@ -208,9 +211,10 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
         save = statistics.median(timed.reference_save_ms or [0.0])
         # Net of the host's round-trip latency at each hand-over (the trusted side's, measured right after it): on
         # a loaded host (an H100's 16 cores busy with nvcc and 8 evaluations) an honest hand-over's wake-up alone
-        # took 5 ms more than the save.
+        # took 5 ms more than the save. Results stored before it was measured have none.
+        cap = HANDOVER_LATENCY_CREDIT * timed.handover_slack_ms
         paired = len(timed.latency_ms) == len(timed.handover_ms)
-        latency = timed.latency_ms if paired else [0.0] * len(timed.handover_ms)
+        latency = [min(lat, cap) for lat in timed.latency_ms] if paired else [0.0] * len(timed.handover_ms)
         excess = statistics.median(h - lat for h, lat in zip(timed.handover_ms, latency, strict=True)) - save
         allowed = max(timed.handover_slack_ms + HANDOVER_SAVE_SHARE * save, HANDOVER_CALL_SHARE * picks * ct.median_ms)
         if excess > allowed:

@@ -104,6 +104,11 @@ def test_a_loaded_hosts_round_trip_latency_is_not_taken_for_computing_at_the_han
     lazy = paired.model_copy(update={"handover_ms": [h + 40.0 for h in paired.handover_ms]})
     g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=lazy), TOL)
     assert [f.check for f in g.flags] == ["handover_time"] and "round-trip latency, median 5.1 ms" in g.log_excerpt
+    # A lazy window that loads the host after its reply, delaying the trusted side's wake-up by as much as it
+    # computed: the latency credited is at most 3x the slack (9 ms here), so it still pays the rest.
+    gamed = lazy.model_copy(update={"latency_ms": [lat + 40.0 for lat in paired.latency_ms]})
+    assert _checks(_passing(candidate_timing=_window_timing(0.0), timed_outputs=gamed)) == \
+        (Verdict.flagged, ["handover_time"])
 
 
 def test_noisy_windows_pass_unranked_as_timing_unreliable():

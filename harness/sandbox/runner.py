@@ -337,7 +337,7 @@ class _Evaluation:
         self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
         # What the harness asks the candidate to keep on disk is never its excess: every trial's output, the
         # determinism re-run's and one hand-over's picks (judged files are removed once judged).
-        kept = len(prepared.get("distributions") or [None] * self.trials) + 1 + windows.PICKS_PER_WINDOW
+        kept = len(prepared["distributions"]) + 1 + windows.PICKS_PER_WINDOW
         self.candidate.proc.allow_disk(int(1.1 * kept * prepared["output_bytes"]))
         self.phases.end("reference_prepare")
         return prepared
