@@ -33,6 +33,21 @@ from harness.sandbox import runner  # noqa: E402
 from harness.sandbox.warm import TrustedPool  # noqa: E402
 
 
+def _windows(obs) -> dict:
+    """What the timed windows and hand-overs cost: each kind's calls per window and median window (ms, parent's
+    clock), and the hand-overs' times beside the trusted side's own saves and the host's latency."""
+    out = {kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
+           for kind, t in (("candidate", obs.candidate_timing), ("eager", obs.eager_timing),
+                           ("compile", obs.compile_timing)) if t is not None and t.windows_ms}
+    if obs.timed_outputs is not None:
+        check = obs.timed_outputs
+        out["handovers"] = len(check.handover_ms)
+        for key in ("handover_ms", "reference_save_ms", "latency_ms"):
+            values = getattr(check, key)
+            out[f"median_{key}"] = statistics.median(values) if values else None
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pairs", nargs="+", help="PROBLEM=FILE")
@@ -64,12 +79,12 @@ def main() -> int:
                    "warm": result.observations.trusted_warm, "import_s": result.observations.candidate_import_s,
                    "trusted_seconds": result.observations.trusted_seconds,
                    "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                   "phases": result.observations.phases}
+                   "phases": result.observations.phases, "windows": _windows(result.observations)}
             rows.append(row)
             top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
             print(f"{spec.kernelbench_id} {path.name} #{rep}: {wall:.1f} s {row['verdict']} {row['flags']} "
                   f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in top), flush=True)
+                  + ", ".join(f"{k} {v:.2f}" for k, v in top) + f" :: {row['windows']}", flush=True)
     finally:
         if pool is not None:
             pool.close()

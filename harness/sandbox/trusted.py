@@ -377,20 +377,20 @@ class Trusted:
         for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
             if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
                 continue
-            trivial = [("zeros", torch.zeros_like(e))]
+            # Made one at a time (at a problem's own size each is gigabytes on the device beside the candidate's).
+            trivial: list[tuple[str, Any]] = [("zeros", lambda e=e: torch.zeros_like(e))]
             # The output's mean, and each row's, stand for the output only where it varies: a single number (a
             # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
             # own row mean, and computing that is the work.
             if bool(e.amax() != e.amin()):
-                trivial.append(("constant", torch.full_like(e, float(e.mean()))))
+                trivial.append(("constant", lambda e=e: torch.full_like(e, float(e.mean()))))
             if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
-                trivial.append(("row mean", e.mean(dim=-1, keepdim=True).expand_as(e).contiguous()))
-            for kind, t in trivial:
-                fig = self._compare(k, t, e, g, cmd)
+                trivial.append(("row mean", lambda e=e: e.mean(dim=-1, keepdim=True).expand_as(e)))
+            for kind, make in trivial:
+                fig = self._compare(k, make(), e, g, cmd)
                 worst = found.setdefault(kind, {}).get(k)
                 if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
                     found[kind][k] = fig
-            del trivial
 
     def _load(self, path: Path) -> tuple[Any, list[str]]:
         return self._unpickle(read_untrusted(path, self.max_output_file))
@@ -457,36 +457,8 @@ class Trusted:
                    got_device=self.device.type)
         if got.shape != exp.shape or got.dtype != exp.dtype:
             return fig
-        a = got.to(self.device, torch.float64)
-        b = exp.to(torch.float64)
-        g = gt.to(torch.float64) if isinstance(gt, torch.Tensor) else None
-        finite = torch.isfinite(a) & torch.isfinite(b)
-        same_nonfinite = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & (a == b))
-        bad_nonfinite = ~finite & ~same_nonfinite
-        zero = torch.zeros((), dtype=torch.float64, device=self.device)
-        diff = torch.where(finite, (a - b).abs(), zero)
-        absb = torch.where(finite, b.abs(), zero)
-        rel = diff / (1 + absb)
-        fig.update(numel=a.numel(), nonfinite_mismatches=int(bad_nonfinite.sum()))
-        if a.numel() == 0:
-            return fig
-        worst = int(rel.reshape(-1).argmax())
-        fig.update(
-            max_abs_err=float(diff.max()), max_rel_err=float(rel.reshape(-1)[worst]),
-            min_atol_at_rtol={f"{r:g}": float((diff - r * absb).clamp_min(0).max()) for r in RTOL_GRID},
-            worst_index=[int(x) for x in torch.unravel_index(torch.tensor(worst), a.shape)],
-            worst_got=float(a.reshape(-1)[worst]), worst_expected=float(b.reshape(-1)[worst]),
-            mismatches_at_eval_tolerance=int(((diff > cmd.atol + cmd.rtol * absb) | bad_nonfinite).sum()),
-        )
-        if g is None:  # no float64 ground truth for this reference: the precision figures stay empty
-            return fig
-        gfin = torch.isfinite(g)
-        for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
-            ok = gfin & torch.isfinite(x)
-            d = torch.where(ok, (x - g).abs(), zero)
-            fig[key] = float((d / (1 + torch.where(ok, g.abs(), zero))).max())
-            norm = float(torch.where(ok, g, zero).norm())
-            fig[key.replace("err", "rel_l2")] = float(d.norm()) / norm if norm > 0 else None
+        fig.update(compare_figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
+                                   cmd.atol, cmd.rtol))
         return fig
 
     def _determinism(self, outputs_dir: Path) -> dict[str, Any] | None:
@@ -565,6 +537,70 @@ class Trusted:
         if self._peaks is None:
             self._peaks = timing.measure_peaks(self.device) if self.device.type == "cuda" else {}
         return self._peaks
+
+
+# Elements compared at once: the comparison works in float64 with about ten temporaries of a slice's size, so a
+# slice of 2**26 elements needs about 5 GiB beside the outputs (a 3.2 GB output compared whole needed 64 GB).
+COMPARE_SLICE = 1 << 26
+
+
+def compare_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | None, device: torch.device,
+                    atol: float, rtol: float, slice_elems: int = COMPARE_SLICE) -> dict[str, Any]:
+    """Element-by-element figures of `got` against `exp` (and the float64 ground truth `gt`, where there is one), in
+    float64 on `device`, a slice of the flattened tensors at a time: the same figures as comparing them whole."""
+    n = exp.numel()
+    fig: dict[str, Any] = {"numel": n, "nonfinite_mismatches": 0}
+    if n == 0:
+        return fig
+    flat_got, flat_exp = got.reshape(-1), exp.reshape(-1)
+    flat_gt = gt.reshape(-1) if gt is not None else None
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    bad_nonfinite = mismatches = 0
+    max_abs = worst_rel = -1.0
+    worst, worst_got, worst_exp = 0, 0.0, 0.0
+    min_atol = dict.fromkeys(RTOL_GRID, 0.0)
+    err = {"err_vs_fp64": 0.0, "ref_err_vs_fp64": 0.0}
+    sq = dict.fromkeys(("err_vs_fp64", "ref_err_vs_fp64", "norm_err_vs_fp64", "norm_ref_err_vs_fp64"), 0.0)
+    for start in range(0, n, slice_elems):
+        a = flat_got[start:start + slice_elems].to(device, torch.float64)
+        b = flat_exp[start:start + slice_elems].to(device, torch.float64)
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        same_nonfinite = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & (a == b))
+        bad = ~finite & ~same_nonfinite
+        diff = torch.where(finite, (a - b).abs(), zero)
+        absb = torch.where(finite, b.abs(), zero)
+        rel = diff / (1 + absb)
+        bad_nonfinite += int(bad.sum())
+        mismatches += int(((diff > atol + rtol * absb) | bad).sum())
+        max_abs = max(max_abs, float(diff.max()))
+        k = int(rel.argmax())
+        if float(rel[k]) > worst_rel:  # strictly: the first worst element, as argmax over the whole would give
+            worst_rel, worst, worst_got, worst_exp = float(rel[k]), start + k, float(a[k]), float(b[k])
+        for r in RTOL_GRID:
+            min_atol[r] = max(min_atol[r], float((diff - r * absb).clamp_min(0).max()))
+        if flat_gt is None:
+            continue
+        g = flat_gt[start:start + slice_elems].to(device, torch.float64)
+        gfin = torch.isfinite(g)
+        for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
+            ok = gfin & torch.isfinite(x)
+            d = torch.where(ok, (x - g).abs(), zero)
+            err[key] = max(err[key], float((d / (1 + torch.where(ok, g.abs(), zero))).max()))
+            sq[key] += float(d.square().sum())
+            sq[f"norm_{key}"] += float(torch.where(ok, g, zero).square().sum())
+    fig.update(
+        nonfinite_mismatches=bad_nonfinite, max_abs_err=max_abs, max_rel_err=worst_rel,
+        min_atol_at_rtol={f"{r:g}": v for r, v in min_atol.items()},
+        worst_index=[int(x) for x in torch.unravel_index(torch.tensor(worst), exp.shape)],
+        worst_got=worst_got, worst_expected=worst_exp, mismatches_at_eval_tolerance=mismatches,
+    )
+    if flat_gt is None:  # no float64 ground truth for this reference: the precision figures stay empty
+        return fig
+    for key in ("err_vs_fp64", "ref_err_vs_fp64"):
+        norm = sq[f"norm_{key}"] ** 0.5
+        fig[key] = err[key]
+        fig[key.replace("err", "rel_l2")] = sq[key] ** 0.5 / norm if norm > 0 else None
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,3 +74,55 @@ def test_recomputed_expected_outputs_still_catch_a_wrong_trial(tmp_path, monkeyp
     _, _, judged = _judge(tmp_path, keep_bytes, monkeypatch, wrong_on_trial_2)
     bad = [t["trial"] for t in judged["trials"] if t["outputs"][0]["mismatches_at_eval_tolerance"]]
     assert bad == [2]
+
+
+def _whole_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor, atol: float, rtol: float) -> dict:
+    """The figures computed over whole tensors at once, written independently of the sliced comparison."""
+    a, b, g = got.double(), exp.double(), gt.double()
+    finite = a.isfinite() & b.isfinite()
+    bad = ~finite & ~((a.isnan() & b.isnan()) | (a.isinf() & (a == b)))
+    diff = torch.where(finite, (a - b).abs(), 0.0)
+    absb = torch.where(finite, b.abs(), 0.0)
+    rel = (diff / (1 + absb)).reshape(-1)
+    worst = int(rel.argmax())
+    fig = {"numel": a.numel(), "nonfinite_mismatches": int(bad.sum()), "max_abs_err": float(diff.max()),
+           "max_rel_err": float(rel[worst]), "worst_index": [int(i) for i in torch.unravel_index(torch.tensor(worst),
+                                                                                                  a.shape)],
+           "worst_got": float(a.reshape(-1)[worst]), "worst_expected": float(b.reshape(-1)[worst]),
+           "mismatches_at_eval_tolerance": int(((diff > atol + rtol * absb) | bad).sum()),
+           "min_atol_at_rtol": {f"{r:g}": float((diff - r * absb).clamp_min(0).max()) for r in trusted.RTOL_GRID}}
+    for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
+        ok = g.isfinite() & x.isfinite()
+        d = torch.where(ok, (x - g).abs(), 0.0)
+        fig[key] = float((d / (1 + torch.where(ok, g.abs(), 0.0))).max())
+        fig[key.replace("err", "rel_l2")] = float(d.norm()) / float(torch.where(ok, g, 0.0).norm())
+    return fig
+
+
+@pytest.mark.parametrize("slice_elems", [1, 7, 64, trusted.COMPARE_SLICE])
+def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
+    """KernelBench's level1/41 at its own size: one 3.2 GB output compared whole in float64 made about ten 6.4 GB
+    temporaries beside the candidate's 27.7 GB and ran the H100 out of memory in the judge. The comparison goes a
+    slice at a time; its figures are those of the whole: the worst element (the first of equal ones, across slices),
+    the counts, the maxima and the L2 ratios, with mismatched NaN/inf and matching ones."""
+    gen = torch.Generator().manual_seed(3)
+    exp = torch.randn(6, 5, 4, generator=gen)
+    got = exp + 1e-3 * torch.randn(6, 5, 4, generator=gen)
+    got[1, 2, 3] = exp[1, 2, 3] + 0.5  # the worst element, equalled later in another slice: the first one counts
+    got[4, 0, 1] = exp[4, 0, 1] + 0.5
+    exp[4, 0, 1] = exp[1, 2, 3]
+    got[0, 0, 0], exp[0, 0, 0] = float("nan"), float("nan")  # matching NaNs
+    got[2, 2, 2] = float("inf")  # a non-finite mismatch
+    gt = exp.double() + 1e-7
+    sliced = trusted.compare_figures(got, exp, gt, torch.device("cpu"), 1e-4, 1e-4, slice_elems)
+    whole = _whole_figures(got, exp, gt, 1e-4, 1e-4)
+    assert sliced["worst_index"] == [1, 2, 3] == whole["worst_index"]
+    assert sliced["nonfinite_mismatches"] == 1 and sliced["mismatches_at_eval_tolerance"] > 2
+    assert sliced.keys() == whole.keys()
+    for key, value in whole.items():
+        if key == "min_atol_at_rtol":
+            assert sliced[key] == pytest.approx(value, rel=1e-12)
+        else:
+            assert sliced[key] == pytest.approx(value, rel=1e-9), key
+    assert trusted.compare_figures(got, exp, None, torch.device("cpu"), 1e-4, 1e-4, slice_elems).keys() == \
+        whole.keys() - {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64"}
