@@ -34,15 +34,15 @@ from harness.sandbox.warm import TrustedPool  # noqa: E402
 
 
 def _windows(obs) -> dict:
-    """What the timed windows and hand-overs cost: each kind's calls per window and median window (ms, parent's
-    clock), and the hand-overs' times beside the trusted side's own saves and the host's latency."""
+    """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
+    candidate's and the trusted side's fingerprints of a window's outputs, and the hand-overs'."""
     out = {kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
            for kind, t in (("candidate", obs.candidate_timing), ("eager", obs.eager_timing),
                            ("compile", obs.compile_timing)) if t is not None and t.windows_ms}
     if obs.timed_outputs is not None:
         check = obs.timed_outputs
         out["handovers"] = len(check.handover_ms)
-        for key in ("handover_ms", "reference_save_ms", "latency_ms"):
+        for key in ("fingerprint_ms", "reference_fingerprint_ms", "handover_ms"):
             values = getattr(check, key)
             out[f"median_{key}"] = statistics.median(values) if values else None
     return out

@@ -10,7 +10,7 @@ import re
 import statistics
 from dataclasses import dataclass, field, replace
 
-from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimingStats, Tolerance
+from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimedOutputCheck, TimingStats, Tolerance
 from harness.verdicts import Phase, Verdict, classify_exception
 
 # A candidate whose error against float64 exceeds the reference's own by this factor (and the
@@ -20,7 +20,13 @@ PRECISION_FLOOR = 1e-5
 
 _EXCERPT_LINES = 30
 
-# A candidate's hand-over of picked outputs may exceed the trusted side's save of the same outputs by its slack
+# A candidate's fingerprints of a window's outputs may take longer than the trusted side's of the same outputs by
+# the slack (obs.timed_outputs.handover_slack_ms) plus this share of the trusted side's own time (the same GPU work,
+# whose time varies from run to run): an honest fingerprint only reads outputs already made; work a window left
+# undone is paid for there, on the parent's clock.
+FINGERPRINT_SHARE = 0.5
+# Results graded before fingerprints: a candidate's hand-over of picked outputs may exceed the trusted side's save
+# of the same outputs by its slack
 # (obs.timed_outputs.handover_slack_ms) or by this share of the credited time of the picked calls, whichever is
 # larger: an honest hand-over only saves; one that computes the output only when asked pays its full time there.
 HANDOVER_CALL_SHARE = 0.5
@@ -194,7 +200,12 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     if timed is None:
         return None
     problem: str | None = None
-    if timed.reported != timed.expected:
+    if timed.fingerprint_mismatches:
+        shown = "; ".join(timed.fingerprint_mismatches[:3])
+        more = len(timed.fingerprint_mismatches) - 3
+        problem = f"{len(timed.fingerprint_mismatches)} of {timed.fingerprinted} fingerprinted outputs: {shown}" + \
+            (f"; {more} more" if more > 0 else "")
+    elif timed.reported != timed.expected:
         problem = f"the candidate handed over {timed.reported} of the {timed.expected} outputs asked for"
     elif timed.mismatches:  # results stored before outputs were judged element by element
         problem = "; ".join(timed.mismatches)
@@ -205,6 +216,8 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     if problem is not None:
         return _flagged("timed_outputs", "outputs of timed calls differ from the reference: the fast path that was "
                         "timed is not the one that was checked", problem)
+    if timed.fingerprint_ms and timed.reference_fingerprint_ms and timed.handover_slack_ms is not None:
+        return _fingerprint_time(timed)
     ct = obs.candidate_timing
     if timed.handover_ms and timed.handover_slack_ms is not None and ct is not None:
         picks = timed.expected / len(timed.handover_ms)
@@ -224,6 +237,23 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
                       "credited per call: the outputs were computed when asked for, not in the window")
             return _flagged("handover_time", "the timed window did not compute what it handed over", detail)
     return None
+
+
+def _fingerprint_time(timed: TimedOutputCheck) -> Grade | None:
+    """What the candidate's fingerprints took beyond the trusted side's of the same outputs, window by window (each
+    on the parent's clock, both with the host's round trip): beyond the slack, outputs were computed when asked
+    for, not in the window."""
+    assert timed.handover_slack_ms is not None
+    pairs = list(zip(timed.fingerprint_ms, timed.reference_fingerprint_ms, strict=False))
+    excess = statistics.median(c - r for c, r in pairs)
+    own = statistics.median(r for _, r in pairs)
+    allowed = timed.handover_slack_ms + FINGERPRINT_SHARE * own
+    if excess <= allowed:
+        return None
+    detail = (f"fingerprinting a window's outputs took {excess:.3g} ms more than the trusted side's fingerprints of "
+              f"the same outputs ({own:.3g} ms; median over {len(pairs)} windows, allowed {allowed:.3g} ms): the "
+              "outputs were computed when asked for, not in the window")
+    return _flagged("handover_time", "the timed window did not compute what it was asked for", detail)
 
 
 def _unreliable_timing(obs: Observations) -> str | None:

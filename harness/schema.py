@@ -131,15 +131,24 @@ class TrivialOutput(BaseModel):
 
 
 class TimedOutputCheck(BaseModel):
-    """Outputs of timed calls, picked by the parent after each window closed, handed over by the candidate as it
-    kept them, and compared element by element with the reference on the same inputs by the trusted side."""
+    """Outputs of timed calls. Every output of every timed window is fingerprinted under a key the parent draws once
+    the window closed (the candidate's process on the parent's clock; the trusted side the same for eager's
+    outputs of the same seeds) and the fingerprints compared; a few calls, picked by the parent after their window
+    closed, are handed over as kept and compared element by element with the reference by the trusted side."""
 
     reported: int = 0  # outputs handed over
     expected: int = 0  # outputs asked for
     checked: list[int] = Field(default_factory=list)  # call indices (window * calls_per_window + call)
     mismatches: list[str] = Field(default_factory=list)
-    # The hand-overs on the parent's clock, and the trusted side's saves of outputs of the same sizes: a
-    # candidate that computes an output only when asked for it pays for it here.
+    # Fingerprints: the candidate's on the parent's clock and the trusted side's of eager's outputs (its command on
+    # the parent's clock less its scales step), per timed window: an output computed only when asked for is paid
+    # for here. Outputs fingerprinted, and those whose fingerprint is off by more than an error within the tolerance.
+    fingerprint_ms: list[float] = Field(default_factory=list)
+    reference_fingerprint_ms: list[float] = Field(default_factory=list)
+    fingerprinted: int = 0
+    fingerprint_mismatches: list[str] = Field(default_factory=list)
+    # Results graded before fingerprints (see grading._timed_outputs): the hand-overs on the parent's clock, and the
+    # trusted side's saves of outputs of the same sizes.
     handover_ms: list[float] = Field(default_factory=list)
     reference_save_ms: list[float] = Field(default_factory=list)
     # Each hand-over's check by the trusted side on the parent's clock, less the time of its own steps: the round

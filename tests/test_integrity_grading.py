@@ -77,7 +77,46 @@ def test_a_missing_or_unreadable_handed_over_output_is_flagged():
     assert g.verdict == Verdict.flagged and "not a regular file" in g.log_excerpt
 
 
+def _fingerprinted(candidate_ms: list[float], reference_ms: list[float], mismatches: tuple[str, ...] = ()
+                   ) -> TimedOutputCheck:
+    """Fingerprints of 19 outputs a window over len(candidate_ms) windows, and one hand-over judged exactly."""
+    return _handed_over(0.0).model_copy(update={
+        "handover_ms": [], "reference_save_ms": [], "fingerprint_ms": candidate_ms,
+        "reference_fingerprint_ms": reference_ms, "fingerprinted": 19 * len(candidate_ms),
+        "fingerprint_mismatches": list(mismatches)})
+
+
+def test_fingerprints_that_compute_are_flagged_handover_time_and_ones_that_only_read_pass():
+    """level2/75 on an H100: the trusted side fingerprints a window's 19 outputs in about 4 ms. A window that
+    computed every other call, and the rest when asked (lazy_half_window.py), pays 30 ms of its 60 ms there;
+    before fingerprints, only two picked calls were computed when asked, inside a hand-over allowed 45 ms more
+    than its save, and it passed at 2x."""
+    reference = [4.1, 3.9, 4.3, 4.0, 4.2]
+    honest = _fingerprinted([4.6, 4.4, 5.0, 4.3, 4.9], reference)
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=honest))[0] == Verdict.passed
+    near_slack = _fingerprinted([r + 4.5 for r in reference], reference)  # allowed: 3 ms + half of 4.1 ms
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=near_slack))[0] == Verdict.passed
+    lazy_half = _fingerprinted([r + 30.0 for r in reference], reference)
+    g = grade(_passing(candidate_timing=_window_timing(1.5), timed_outputs=lazy_half), TOL)
+    assert [f.check for f in g.flags] == ["handover_time"] and g.verdict == Verdict.flagged
+    assert "took 30 ms more than the trusted side's fingerprints" in g.log_excerpt
+    # The rule of results stored before fingerprints does not apply to one that has them: a slow hand-over of
+    # whole outputs (its time is a diagnostic now) is not a flag.
+    slow_handover = honest.model_copy(update={"handover_ms": [400.0], "reference_save_ms": [5.0]})
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=slow_handover))[0] == Verdict.passed
+
+
+def test_a_fingerprint_off_the_reference_is_flagged_timed_outputs():
+    forged = _fingerprinted([0.2] * 5, [4.0] * 5, tuple(
+        f"timed call {c} output 0: fingerprint 0.0 where the reference's is 12.5 (within 0.0031 for an output "
+        "within the tolerance)" for c in range(95)))
+    g = grade(_passing(candidate_timing=_window_timing(0.01), timed_outputs=forged), TOL)
+    assert g.verdict == Verdict.flagged and [f.check for f in g.flags] == ["timed_outputs"]
+    assert "95 of 95 fingerprinted outputs: timed call 0 output 0" in g.log_excerpt and "92 more" in g.log_excerpt
+
+
 def test_a_handover_that_computes_is_flagged_and_one_that_only_saves_passes():
+    """Results stored before fingerprints keep the hand-over's own bound (regrading them decides as before)."""
     # Credited 0.01 ms per call, yet handing over 2 outputs took 40 ms more than saving them: computed when asked.
     lazy = _handed_over(0.0).model_copy(update={"handover_ms": [45.0, 44.0, 46.0], "reference_save_ms": [5.0] * 3,
                                                "expected": 6, "reported": 6})

@@ -34,6 +34,7 @@ from harness.sandbox.protocol import (
     CandidateRequest,
     Channel,
     Construct,
+    Fingerprint,
     Handover,
     Import,
     RunTrials,
@@ -219,6 +220,9 @@ class _Session:
                                  self.flush if cmd.flush_l2 else None, keep=self.kept)
         return seen if isinstance(seen, dict) else {}  # a diagnostic: the parent believes none of it
 
+    def fingerprint(self, cmd: Fingerprint) -> dict[str, Any]:
+        return {"sums": timing.fingerprints(self.kept, cmd.key, self.device)}
+
     def handover(self, cmd: Handover) -> dict[str, Any]:
         for j in cmd.picks:
             torch.save(_saveable(self.kept[j]), self.req.outputs_dir / handover_file(cmd.window, j))
@@ -235,7 +239,7 @@ class _Session:
 
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "trials": RunTrials, "window": Window,
-                                                "handover": Handover, "trace": Trace}
+                                                "fingerprint": Fingerprint, "handover": Handover, "trace": Trace}
 
 
 def run(req: CandidateRequest, chan: Channel) -> None:

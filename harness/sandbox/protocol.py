@@ -79,11 +79,21 @@ class ReferenceWindowCommand(BaseModel):
     seeds: list[int]
     forward_seeds: list[int]  # torch.manual_seed right before each call: a stochastic reference draws alike
     flush_l2: bool = True
+    keep_outputs: bool = False  # kept for the next FingerprintCommand (eager's, in timed rounds)
+
+
+class FingerprintCommand(BaseModel):
+    """Fingerprint the outputs the last window kept (timing.fingerprints) under `key`, and give each the scale of an
+    error within the tolerance (timing.fingerprint_scales); then let them go."""
+
+    cmd: Literal["fingerprint"] = "fingerprint"
+    key: int
+    atol: float
+    rtol: float
 
 
 class CheckHandoverCommand(BaseModel):
-    """Compare the candidate's handed-over outputs with the reference on the same seeds, element by element,
-    and time saving outputs of the same sizes (what an honest hand-over costs)."""
+    """Compare the candidate's handed-over outputs with the reference on the same seeds, element by element."""
 
     cmd: Literal["check_handover"] = "check_handover"
     files: list[Path]
@@ -91,8 +101,6 @@ class CheckHandoverCommand(BaseModel):
     forward_seeds: list[int]
     atol: float
     rtol: float
-    save_dir: Path
-    time_save: bool = True  # only the first hand-overs of an evaluation: a save of the same bytes costs the same
 
 
 # --- the candidate's process ---------------------------------------------------------------------------
@@ -150,6 +158,14 @@ class Window(CandidateCommand):
     flush_l2: bool = True
 
 
+class Fingerprint(CandidateCommand):
+    """Fingerprint every output the last window kept under `key`, drawn by the parent once that window closed
+    (timing.fingerprints): the parent's clock around the command bounds what was left to compute."""
+
+    cmd: Literal["fingerprint"] = "fingerprint"
+    key: int
+
+
 class Handover(CandidateCommand):
     """Save the outputs of the last window's calls `picks`, as kept, to handover_file(window, call)."""
 
@@ -165,7 +181,7 @@ class Trace(CandidateCommand):
 
 
 REPLIES = {"import": "imported", "construct": "constructed", "trials": "trials_done", "window": "window_done",
-           "handover": "handed_over", "trace": "traced"}
+           "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol
@@ -183,13 +199,17 @@ class TrialsReply(_Reply):
     inputs_mutated: list[tuple[int | None, list[int]]]
 
 
+class FingerprintedReply(_Reply):
+    sums: list[list[float | None]]
+
+
 class TracedReply(_Reply):
     names: list[str] | None = None
     error: str | None = None
 
 
 REPLY_MODELS: dict[str, type[_Reply]] = {"constructed": ConstructedReply, "trials_done": TrialsReply,
-                                         "traced": TracedReply}
+                                         "fingerprinted": FingerprintedReply, "traced": TracedReply}
 
 
 class Channel:

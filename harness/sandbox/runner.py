@@ -40,6 +40,8 @@ from harness.sandbox.protocol import (
     CandidateRequest,
     CheckHandoverCommand,
     Construct,
+    Fingerprint,
+    FingerprintCommand,
     Handover,
     JudgeCommand,
     PrepareCommand,
@@ -436,20 +438,31 @@ class _Evaluation:
                     seen[kind].clear()
             seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
             forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
+            key = self._window_seeds.randrange(1 << 62)  # the fingerprints': the candidate's once its window closed
+            got: list[list[float | None]] = []
+            reference: tuple[list[list[float | None]], list[list[float | None]]] = ([], [])
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
                     ms, said = self._candidate_window(seeds, forward, window_limit)
-                    # Whether this window is checked is drawn only now that it has closed (the last, if none was).
-                    if r >= 0 and (draw.random() < chance or (r == rounds - 1 and not check.handover_ms)):
-                        self._handover(r, seeds, forward, check)
+                    if r >= 0:  # right after the window, so that nothing it left undone runs off the parent's clock
+                        got = self._fingerprint(key, window_limit, check)
+                        # Whether this window is handed over is drawn only now that it has closed (the last, if none
+                        # was).
+                        if draw.random() < chance or (r == rounds - 1 and not check.expected):
+                            self._handover(r, seeds, forward, check)
                 else:
-                    timed = self._reference_window(kind, seeds, forward)
+                    timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0)
                     if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
                         continue
                     ms, said = timed
+                    if kind == "eager" and r >= 0:
+                        reference = self._reference_fingerprint(key, check)
                 walls[kind].append(ms)
                 seen[kind].append(said)
+            if r >= 0:
+                check.fingerprinted += sum(len(row) for row in reference[0])
+                check.fingerprint_mismatches += windows.fingerprint_mismatches(r, calls, got, *reference)
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
         self.obs.timed_outputs = check
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
@@ -475,12 +488,31 @@ class _Evaluation:
         reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds), limit_s, Phase.timing)
         return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
 
-    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int]
+    def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> list[list[float | None]]:
+        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock)."""
+        assert self.candidate is not None
+        reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
+        check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        return list(reply.fields["sums"])
+
+    def _reference_fingerprint(self, key: int, check: TimedOutputCheck
+                               ) -> tuple[list[list[float | None]], list[list[float | None]]]:
+        """The trusted side fingerprints eager's outputs of the same seeds under the same key: what an honest
+        fingerprint costs (its command on the parent's clock, less its scales step) and what it must come to."""
+        assert self.trusted is not None
+        wall_ms, done = self.trusted.timed_call(FingerprintCommand(
+            key=key, atol=self.tolerance.atol, rtol=self.tolerance.rtol).model_dump(mode="json"), "fingerprinted")
+        self._trusted_seconds("fingerprint", done)
+        check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
+        return list(done["sums"]), list(done["scales"])
+
+    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False
                           ) -> tuple[float, dict[str, Any]] | None:
         """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
-        when torch.compile cannot compile."""
+        when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint."""
         assert self.trusted is not None
-        command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds)
+        command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
+                                         keep_outputs=keep_outputs)
         try:
             return self.trusted.timed_call(command.model_dump(mode="json"), "window_done")
         except TrustedFailed as e:
@@ -491,7 +523,8 @@ class _Evaluation:
 
     def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
-        (on the parent's clock); the trusted side judges them on the same seeds and times its own save of them."""
+        (their time on the parent's clock is a diagnostic: the fingerprints bound what was left to compute); the
+        trusted side judges them element by element on the same seeds."""
         assert self.trusted is not None and self.candidate is not None
         calls = len(seeds)
         picks = sorted(secrets.SystemRandom().sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
@@ -501,14 +534,10 @@ class _Evaluation:
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
         files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
-        wall_ms, checked = self.trusted.timed_call(CheckHandoverCommand(
+        checked = self.trusted.call(CheckHandoverCommand(
             files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
-            atol=self.tolerance.atol, rtol=self.tolerance.rtol, save_dir=self.trusted_home / "saves",
-            time_save=len(check.reference_save_ms) < windows.SAVES_TIMED).model_dump(mode="json"), "handover_checked")
+            atol=self.tolerance.atol, rtol=self.tolerance.rtol).model_dump(mode="json"), "handover_checked")
         self._trusted_seconds("handover", checked)
-        check.latency_ms.append(round(max(0.0, wall_ms - 1e3 * sum((checked.get("seconds") or {}).values())), 4))
-        if checked["save_ms"] is not None:
-            check.reference_save_ms.append(round(checked["save_ms"], 4))
         for j, figures, path in zip(picks, checked["checks"], files, strict=True):
             check.checked.append(window * calls + j)
             check.calls.append(TrialFigures.model_validate({**figures, "trial": window * calls + j,

@@ -9,6 +9,7 @@ the parent's window, and the outputs it keeps are checked by the trusted side.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,62 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     if start is not None and end is not None:
         seen["device_ms"] = _elapsed_time(start, end)
     return seen
+
+
+# Outputs stacked at once to fingerprint them (float64): a window's hundreds of small outputs in one product, its few
+# large ones a few at a time.
+FINGERPRINT_CHUNK_BYTES = 256 << 20
+
+
+def _tensors_of(output: Any) -> list[torch.Tensor | None]:
+    """An output's tensors in order (a tensor, or a list/tuple of them); anything else holds none."""
+    items = list(output) if isinstance(output, (list, tuple)) else [output]
+    return [t if isinstance(t, torch.Tensor) else None for t in items]
+
+
+def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[list[float | None]]:
+    """One number per tensor of each kept output: its elements in float64 dotted with standard normal draws made from
+    `key` (one vector per tensor position and size, shared by every call of the window). The key is drawn by the
+    parent after the window closed, so the only way to these numbers is through outputs already computed: an
+    output computed only when asked for is paid for inside this command, on the parent's clock. None where the
+    number is not finite or the output holds no tensor there."""
+    tensors = [_tensors_of(o) for o in outputs]
+    result: list[list[float | None]] = [[None] * len(ts) for ts in tensors]
+    groups: dict[tuple[int, int], list[tuple[int, torch.Tensor]]] = {}
+    for j, ts in enumerate(tensors):
+        for k, t in enumerate(ts):
+            if t is not None:
+                groups.setdefault((k, t.numel()), []).append((j, t))
+    with torch.no_grad():
+        for (k, n), members in groups.items():
+            gen = torch.Generator(device=device).manual_seed((key + k) % (1 << 63))
+            r = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
+            per = max(1, FINGERPRINT_CHUNK_BYTES // max(8 * n, 1))
+            for s in range(0, len(members), per):
+                chunk = members[s:s + per]
+                stacked = torch.stack([t.detach().reshape(-1).to(device=device, dtype=torch.float64) for _, t in chunk])
+                for (j, _), v in zip(chunk, (stacked @ r).tolist(), strict=True):
+                    result[j][k] = v if math.isfinite(v) else None
+    return result
+
+
+def fingerprint_scales(outputs: list[Any], atol: float, rtol: float) -> list[list[float | None]]:
+    """For each tensor of each (reference) output, sqrt(sum((atol + rtol*|b_i|)**2)): the standard deviation of an
+    output's fingerprint error when every element is off by its whole tolerance (the draws are standard normal), so
+    an output within tolerance is off by more than z of these with the chance of a normal beyond z. None where the
+    reference holds a non-finite element (its fingerprint decides nothing)."""
+    scales: list[list[float | None]] = []
+    with torch.no_grad():
+        for output in outputs:
+            row: list[float | None] = []
+            for t in _tensors_of(output):
+                if t is None or not bool(torch.isfinite(t).all()):
+                    row.append(None)
+                    continue
+                b = t.detach().to(torch.float64)
+                row.append(float((atol + rtol * b.abs()).square().sum().sqrt()))
+            scales.append(row)
+    return scales
 
 
 def empty_call(*inputs: Any) -> None:

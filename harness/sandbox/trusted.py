@@ -36,6 +36,7 @@ from harness.sandbox.protocol import (
     INIT_FILE,
     Channel,
     CheckHandoverCommand,
+    FingerprintCommand,
     JudgeCommand,
     PrepareCommand,
     ReferenceWindowCommand,
@@ -127,7 +128,8 @@ def _same_outputs(a: Any, b: Any) -> bool:
 
 class _Clock:
     """Seconds per step of one command on the trusted process's own clock: where its time goes (diagnostics,
-    `observations.trusted_seconds`; nothing is graded on them). The device is synchronised at each lap."""
+    `observations.trusted_seconds`; nothing is graded on them but the fingerprint's own step, as what an honest
+    fingerprint costs). The device is synchronised at each lap."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -209,6 +211,7 @@ class Trusted:
         self.initial_state: dict[str, torch.Tensor] | None = None
         self._built: tuple[str, str, int] | None = None
         self._peaks: dict[str, Any] | None = None
+        self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
 
     def _build(self, cmd: PrepareCommand) -> None:
         """The problem's module and its reference Model on the device, built once per process: a warm trusted
@@ -236,6 +239,7 @@ class Trusted:
         """Forget the evaluation just ended (its expected outputs and ground truth), give the device memory back
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
+        self.window_outputs = []
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {}
@@ -496,41 +500,44 @@ class Trusted:
             if self.compiled is None:
                 self.compiled = torch.compile(self.model)
             fn = self.compiled
+        self.window_outputs = []
         kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
         seen = timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
                                  self.flush if cmd.flush_l2 else None, keep=kept)
+        if cmd.keep_outputs:
+            self.window_outputs = kept
         del kept
         return seen
 
+    def fingerprint(self, cmd: FingerprintCommand) -> dict[str, Any]:
+        """The last window's outputs fingerprinted as the candidate's are (the parent's clock around this command,
+        less the scales' step, is what an honest fingerprint costs), and each one's scale of an error within the
+        tolerance; then they are let go."""
+        clock = _Clock(self.device)
+        sums = timing.fingerprints(self.window_outputs, cmd.key, self.device)
+        clock.lap("fingerprint")
+        scales = timing.fingerprint_scales(self.window_outputs, cmd.atol, cmd.rtol)
+        self.window_outputs = []
+        clock.lap("scales")
+        return {"sums": sums, "scales": scales, "seconds": clock.seconds}
+
     def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
-        """The handed-over outputs against the reference on the same seeds; then the time this process takes to
-        save its own outputs of those calls, as the candidate had to (what an honest hand-over costs)."""
+        """The handed-over outputs against the reference on the same seeds, element by element."""
         assert self.model is not None
         # Read first: the candidate's process runs on, and a file read after the reference's computation could
-        # have been written after its "handed over" (outputs computed only then, off the parent's clock).
+        # have been written after its "handed over".
         clock = _Clock(self.device)
         handed = [self._read(path) for path in cmd.files]
         clock.lap("read")
-        checks, expected = [], []
+        checks = []
         with torch.no_grad():
             for data, seed, forward_seed in zip(handed, cmd.seeds, cmd.forward_seeds, strict=True):
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 problem_module.manual_seed(forward_seed, self.device)
                 exp = self.model(*inputs)
-                expected.append(exp)
-                checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, exp, cmd))
+                checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, None, cmd))
         clock.lap("judge")
-        if not cmd.time_save:
-            return {"checks": checks, "save_ms": None, "seconds": clock.seconds}
-        cmd.save_dir.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        for k, exp in enumerate(expected):
-            torch.save(exp, cmd.save_dir / f"save_{k}.pt")
-        save_ms = (time.perf_counter() - t0) * 1e3
-        for k in range(len(expected)):
-            (cmd.save_dir / f"save_{k}.pt").unlink()
-        clock.lap("save")
-        return {"checks": checks, "save_ms": save_ms, "seconds": clock.seconds}
+        return {"checks": checks, "seconds": clock.seconds}
 
     def peaks(self) -> dict[str, Any]:
         """This device's memory bandwidth and tensor-core rate, measured once per process."""
@@ -562,8 +569,9 @@ def compare_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | Non
     err = {"err_vs_fp64": 0.0, "ref_err_vs_fp64": 0.0}
     sq = dict.fromkeys(("err_vs_fp64", "ref_err_vs_fp64", "norm_err_vs_fp64", "norm_ref_err_vs_fp64"), 0.0)
     for start in range(0, n, slice_elems):
-        a = flat_got[start:start + slice_elems].to(device, torch.float64)
-        b = flat_exp[start:start + slice_elems].to(device, torch.float64)
+        # To the device as they are, then to float64 there (a blocking copy with a cast converts on the host).
+        a = flat_got[start:start + slice_elems].to(device).to(torch.float64)
+        b = flat_exp[start:start + slice_elems].to(device).to(torch.float64)
         finite = torch.isfinite(a) & torch.isfinite(b)
         same_nonfinite = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & (a == b))
         bad = ~finite & ~same_nonfinite
@@ -580,7 +588,7 @@ def compare_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | Non
             min_atol[r] = max(min_atol[r], float((diff - r * absb).clamp_min(0).max()))
         if flat_gt is None:
             continue
-        g = flat_gt[start:start + slice_elems].to(device, torch.float64)
+        g = flat_gt[start:start + slice_elems].to(device).to(torch.float64)
         gfin = torch.isfinite(g)
         for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
             ok = gfin & torch.isfinite(x)
@@ -613,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
         "window": (ReferenceWindowCommand, trusted.window, "window_done"),
+        "fingerprint": (FingerprintCommand, trusted.fingerprint, "fingerprinted"),
         "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
     }
     chan.send("ready")

@@ -24,13 +24,15 @@ MAX_CALLS_PER_WINDOW = 2000
 # calls are picked is decided after the window closes).
 HELD_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 PICKS_PER_WINDOW = 2
-# The trusted side times its own save of the picked outputs (what an honest hand-over costs) on the first hand-overs
-# of an evaluation only: saving the same bytes costs the same each time, and the bound takes their median.
-SAVES_TIMED = 3
-# Bytes of handed-over outputs an evaluation checks, at most: windows are checked at random, each with the same
-# chance, at least one (for level2/37's 537 MB outputs, about 3 windows of 15).
+# Every timed window's outputs are fingerprinted (timing.fingerprints: what binds them to the window); the picked
+# calls of a few windows are also handed over whole and judged element by element: about CHECKED_WINDOWS windows
+# an evaluation, drawn at random with the same chance each, at least one, and no more bytes than HANDOVER_BYTES.
+CHECKED_WINDOWS = 3
 HANDOVER_BYTES = 4 << 30
-MIN_CHECKED_WINDOWS = 3
+# A fingerprint off the reference's by more than this many scales (an error of the whole tolerance at every
+# element, timing.fingerprint_scales) is a wrong output: an output within its tolerance is that far off with the
+# chance of a standard normal beyond 6, 2e-9.
+FINGERPRINT_Z = 6.0
 
 
 def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,
@@ -67,11 +69,35 @@ def sized_down(calls: int, by_eager: int, candidate_ms: list[float], window_ms: 
 
 
 def check_chance(rounds: int, output_bytes: int) -> float:
-    """The chance that a window's outputs are checked: every window where the hand-overs fit HANDOVER_BYTES, else
-    enough for MIN_CHECKED_WINDOWS on average. A submission cannot know which windows will be checked (it is
-    drawn after each window closes), and moving the median takes cheating in most of them."""
+    """The chance that a window's picked outputs are handed over whole: CHECKED_WINDOWS windows on average (fewer where
+    their bytes would pass HANDOVER_BYTES, at least one). A submission cannot know which windows (it is drawn after
+    each window closed), and every window's outputs are fingerprinted in any case."""
     affordable = HANDOVER_BYTES // max(PICKS_PER_WINDOW * output_bytes, 1)
-    return min(1.0, max(affordable, MIN_CHECKED_WINDOWS) / max(rounds, 1))
+    return min(1.0, max(1, min(CHECKED_WINDOWS, affordable)) / max(rounds, 1))
+
+
+def fingerprint_mismatches(window: int, calls: int, got: list[list[float | None]], reference: list[list[float | None]],
+                           scales: list[list[float | None]]) -> list[str]:
+    """The window's outputs whose fingerprint is not the reference's within FINGERPRINT_Z scales (the candidate's
+    numbers are a claim: any list of them may come). An output whose reference fingerprint is not finite decides
+    nothing; a missing or non-finite number where the reference has one is a mismatch."""
+    found: list[str] = []
+    if len(got) != len(reference):
+        return [f"window {window}: {len(got)} fingerprints for {len(reference)} calls"]
+    for j, (g_row, r_row, s_row) in enumerate(zip(got, reference, scales, strict=True)):
+        call = window * calls + j
+        if len(g_row) != len(r_row):
+            found.append(f"timed call {call}: {len(g_row)} output tensor(s) fingerprinted, the reference has "
+                         f"{len(r_row)}")
+            continue
+        for k, (g, r, scale) in enumerate(zip(g_row, r_row, s_row, strict=True)):
+            if r is None or scale is None:
+                continue
+            bound = FINGERPRINT_Z * scale + 1e-9 * abs(r)
+            if g is None or not abs(g - r) <= bound:
+                found.append(f"timed call {call} output {k}: fingerprint {g} where the reference's is {r:.6g} "
+                             f"(within {bound:.3g} for an output within the tolerance)")
+    return found
 
 
 def _iqr(values: list[float]) -> float:
@@ -148,6 +174,7 @@ def _diagnostics(series: WindowSeries) -> dict[str, float | None]:
 
 
 
-# What a hand-over may take beyond the trusted side's own save of outputs of the same sizes (host noise:
-# scheduling; the page cache adds a share of the save itself, see grading.HANDOVER_SAVE_SHARE).
+# What the candidate's fingerprints of a window may take beyond the trusted side's of the same outputs (host noise:
+# scheduling; see grading.FINGERPRINT_SHARE for the share of their own time added): work left out of a window
+# beyond this is paid for there. Results graded before fingerprints used it for the hand-over's save.
 HANDOVER_SLACK_MS = {"cuda": 3.0, "cpu": 40.0}

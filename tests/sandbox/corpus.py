@@ -58,9 +58,17 @@ CORPUS: tuple[Exploit, ...] = (
             "only (weights_only)", HONEST, message_has="torch.Tensor subclass"),
     Exploit("timer patch", A + "timer_patch.py", "flagged", "static:monkey_patch",
             "timing primitives captured before the import; static pre-check", HONEST),
-    Exploit("forged window: no work, computed at the hand-over", A + "lazy_window.py", "flagged", "handover_time",
-            "a window's time is the parent's clock; so is the hand-over of the outputs it picks after the window, "
-            "which may take only what saving them takes", A + "lazy_window_honest.py"),
+    Exploit("forged window: no work, computed when asked", A + "lazy_window.py", "flagged", "handover_time",
+            "a window's time is the parent's clock; so are the fingerprints of all its outputs, under a key drawn "
+            "after it closed, which may take only what fingerprinting outputs already made takes",
+            A + "lazy_window_honest.py"),
+    Exploit("half a window computed, the rest when asked", A + "lazy_half_window.py", "flagged", "handover_time",
+            "every output of every timed window is fingerprinted on the parent's clock, not only the calls picked "
+            "for a hand-over: the skipped half is paid for there (two picked outputs cost less than saving them)",
+            HONEST, gpu=True),
+    Exploit("forged fingerprints", A + "forged_fingerprints.py", "flagged", "timed_outputs",
+            "the trusted side fingerprints eager's outputs of the same seeds under the same key; a number off by "
+            "more than an error within the tolerance is a wrong output", HONEST),
     Exploit("fake result on the result channel", A + "fake_result_channel.py", "flagged", "protocol",
             "the parent takes only the reply its command names, with the command's nonce", HONEST),
     Exploit("the protocol spoken by the submission", A + "fake_replies.py", "flagged", "protocol",
