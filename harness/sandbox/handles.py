@@ -58,14 +58,15 @@ class Trusted:
         self.pending = (command.get("cmd"), self.sent_at + limit, limit)
         self.proc.send(text)
 
-    def wait(self, reply: str) -> Message:
-        """The answer to the command last sent."""
+    def wait(self, reply: str, final: bool = True) -> Message:
+        """The answer to the command last sent; with `final=False`, a message it sends on the way (the command is
+        still running)."""
         cmd, deadline, limit = self.pending
         try:
             while True:
                 msg = self.proc.next_message(deadline)
                 if msg.event == reply:
-                    self.in_sync = True
+                    self.in_sync = final
                     return msg
                 if msg.event == "failed":
                     raise TrustedFailed(msg.fields.get("traceback") or msg.fields.get("error", "unknown failure"))

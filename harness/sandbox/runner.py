@@ -184,17 +184,18 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     by) is known: ahead of the evaluation (`spare`, see `prestart`), at once when the caller gives it
     (`options.target`, a worker's probed slot), else right after the trusted child's probe. It imports while the
     trusted child prepares the problem, and constructs the model only once the parameters and inputs are written
-    and the constructor check has passed.
+    and the constructor check has passed, while the trusted side goes on to the trials' inputs and outputs.
     """
     ev = _Evaluation(spec, source, options, settings, tolerance, obs, job, spare)
     with artifacts.scratch_dir(settings, spare.work if spare is not None else None) as work, ev.open(work):
         try:
             ev.start()
-            prepared = ev.prepare()
+            ev.prepare()
             ev.candidate_imported()
-            if not ev.constructor_fits(prepared):
+            if not ev.constructor_fits():
                 return ev.provenance, ev.size
             ev.construct()
+            prepared = ev.prepared()
             ev.run_trials()
             if ev.judge() and options.timing:  # only a candidate judged correct is timed
                 ev.time_windows(prepared)
@@ -233,6 +234,9 @@ class _Evaluation:
         self.call_ms = 0.0  # the reference's time per call, once prepared
         self.output_bytes = 0  # the reference's outputs' bytes per call, once prepared
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
+        self.init_arg_count = 0  # the Model's init arguments, once the trusted side wrote them
+        self.preparing = False  # the trusted side is still making the trials' inputs and outputs
+        self.distributions: list[str] = []
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
 
     @contextlib.contextmanager
@@ -252,7 +256,13 @@ class _Evaluation:
             self.phases.end("teardown")
 
     def _end_trusted(self) -> None:
-        """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends."""
+        """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends.
+        One still preparing (the candidate stopped while it made the trials' inputs) is let finish first."""
+        if self.preparing and self.trusted is not None and self.keep_trusted:
+            try:
+                self.trusted.wait("prepared")
+            except TrustedFailed:
+                self.keep_trusted = False
         if self.warm is not None:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
@@ -317,8 +327,9 @@ class _Evaluation:
                 self.candidate.finish()
                 self.candidate = None
 
-    def prepare(self) -> dict[str, Any]:
-        """The trusted side builds the reference and the trials' inputs and outputs, while the candidate imports."""
+    def prepare(self) -> None:
+        """The trusted side builds the reference and writes its parameters, while the candidate imports; it goes on
+        to the trials' inputs and outputs (`prepared` waits for them)."""
         assert self.trusted is not None and self.provenance is not None
         device = self.provenance.device
         self.size = self._size_for(device)
@@ -330,13 +341,25 @@ class _Evaluation:
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
+        self.preparing = True
+        self.init_arg_count = int(self.trusted.wait("init_written", final=False).fields["init_arg_count"])
+        self.phases.end("reference_init")
+
+    def prepared(self) -> dict[str, Any]:
+        """The trials' inputs and expected outputs, made by the trusted side while the candidate constructed."""
+        assert self.trusted is not None and self.candidate is not None
         prepared = self.trusted.wait("prepared").fields
+        self.preparing = False
         self._trusted_seconds("prepare", prepared)
         self.call_ms = float(prepared["call_ms"])
         self.output_bytes = int(prepared["output_bytes"])
         self.forward_seeds = list(prepared["forward_seeds"])
         self.obs.stochastic_reference = bool(prepared["stochastic"])
         self.parameters_drawn = list(prepared.get("parameters_drawn") or [])
+        self.obs.state_dict = self.obs.state_dict.model_copy(update={"drawn": self.parameters_drawn}) \
+            if self.obs.state_dict is not None else None
+        self.distributions = list(prepared.get("distributions") or ["get_inputs"] * self.trials)
+        self.obs.trials_expected = len(self.distributions)
         # What the harness asks the candidate to keep on disk is never its excess: every trial's output, the
         # determinism re-run's and one hand-over's picks (judged files are removed once judged).
         kept = len(prepared["distributions"]) + 1 + windows.PICKS_PER_WINDOW
@@ -350,11 +373,9 @@ class _Evaluation:
                                       self.settings.import_idle_timeout_s)
         self.phases.end("candidate_import")
 
-    def constructor_fits(self, prepared: dict[str, Any]) -> bool:
+    def constructor_fits(self) -> bool:
         """The submission's constructor can take the problem's init arguments (read from its source)."""
-        self.distributions = list(prepared.get("distributions") or ["get_inputs"] * self.trials)
-        self.obs.trials_expected = len(self.distributions)
-        n = prepared["init_arg_count"]
+        n = self.init_arg_count
         try:
             check_constructor(self.source, self.spec.init_arg_names[:n] if self.spec.init_arg_names else ["arg"] * n)
             return True
@@ -368,8 +389,7 @@ class _Evaluation:
         assert self.candidate is not None
         reply = self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
-        self.obs.state_dict = StateDictCopy.model_validate({**(reply.fields.get("state_dict") or {}),
-                                                            "drawn": self.parameters_drawn})
+        self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
         self.phases.end("candidate_construct")
 
     def run_trials(self) -> None:
@@ -428,7 +448,9 @@ class _Evaluation:
         chance = windows.check_chance(rounds, prepared["output_bytes"])
         draw = secrets.SystemRandom()
         for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
-            if r > -2:  # sized again on the last round's slower kind: the prepare phase's calls ran cold
+            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), then
+            # fixed: every timed window holds the same calls, the number its time is divided by.
+            if -2 < r <= 0:
                 by_eager = windows.resize(calls, walls["eager"][-1], window_ms, most)
                 calls = min(by_eager, windows.resize(calls, walls["candidate"][-1], window_ms, most))
                 window_limit = self._limit(_WINDOW_FLOOR_S, calls)

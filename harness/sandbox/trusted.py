@@ -212,6 +212,8 @@ class Trusted:
         self._built: tuple[str, str, int] | None = None
         self._peaks: dict[str, Any] | None = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
+        # How a command says something on the way to its reply (main() sets the channel's).
+        self.notify: Any = lambda event, **fields: None
 
     def _build(self, cmd: PrepareCommand) -> None:
         """The problem's module and its reference Model on the device, built once per process: a warm trusted
@@ -258,6 +260,8 @@ class Trusted:
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
+        # The candidate can construct its model now, beside the trials' inputs and outputs made next.
+        self.notify("init_written", init_arg_count=len(init_args))
         model64 = _float64_copy(self.model)
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
@@ -617,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
     trusted = Trusted()
+    trusted.notify = chan.send
     handlers = {
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
