@@ -12,7 +12,7 @@ import pytest
 from harness import demo
 from harness.db import crud, queries
 from harness.problems import get_registry
-from harness.schema import StateDictCopy, Tolerance
+from harness.schema import StateDictCopy, TimedOutputCheck, Tolerance
 from harness.service.reeval import regrade_matching
 
 from ..db.factories import eval_result, new_submission, seed
@@ -143,6 +143,20 @@ def test_submission_page_says_how_the_fresh_reference_parameters_reached_the_mod
     item = client.get(f"/submissions/{sid}").text.split('id="parameters">', 1)[1].split("</li>", 1)[0]
     assert "drawn fresh for this evaluation" in item and "gamma ← group_norm.weight" in unescape(item)
     assert "No reference values for cache" in item
+
+
+def test_submission_page_counts_the_fingerprinted_timed_outputs_and_those_off_the_reference(client, db):
+    spec = get_registry().get("level2/30")
+    text, result = demo.demo_result(random.Random(1), spec, "passed")
+    result.observations.timed_outputs = TimedOutputCheck(
+        fingerprinted=285, checked=[3, 40, 100, 141, 250, 251], reported=6, expected=6,
+        fingerprint_mismatches=["timed call 7 output 0: fingerprint 0.0 where the reference's is 12.5 (within 0.2 "
+                                "for an output within the tolerance)"])
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    item = client.get(f"/submissions/{sid}").text.split("Outputs of timed calls:", 1)[1].split("</li>", 1)[0]
+    assert "285 fingerprinted" in item and "1 off the reference" in unescape(item)
+    assert "6 checked against the reference element by element, all matched" in item
 
 
 def test_a_cut_off_reply_shows_the_text_as_received(client, db):
