@@ -6,6 +6,7 @@ Re-grading a stored result under another tolerance is `grade(result.observations
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,17 @@ _EXCERPT_LINES = 30
 # whose time varies from run to run): an honest fingerprint only reads outputs already made; work a window left
 # undone is paid for there, on the parent's clock.
 FINGERPRINT_SHARE = 0.5
+# The tail of the evaluation's fingerprint deviation (the sum of squared differences over scales) that outputs within
+# their tolerance reach with the chance e**-x at most: each term is at most a squared standard normal (the draws are
+# new for every call), and a chi-square of M terms passes M + 2*sqrt(M*x) + 2*x with at most that chance (Laurent and
+# Massart's bound). x = 20: 2e-9.
+FINGERPRINT_TAIL_X = 20.0
+
+
+def fingerprint_deviation_bound(terms: int) -> float:
+    return terms + 2 * math.sqrt(terms * FINGERPRINT_TAIL_X) + 2 * FINGERPRINT_TAIL_X
+
+
 # Results graded before fingerprints: a candidate's hand-over of picked outputs may exceed the trusted side's save
 # of the same outputs by its slack
 # (obs.timed_outputs.handover_slack_ms) or by this share of the credited time of the picked calls, whichever is
@@ -205,6 +217,12 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
         more = len(timed.fingerprint_mismatches) - 3
         problem = f"{len(timed.fingerprint_mismatches)} of {timed.fingerprinted} fingerprinted outputs: {shown}" + \
             (f"; {more} more" if more > 0 else "")
+    elif timed.fingerprint_terms and timed.fingerprint_deviation > fingerprint_deviation_bound(timed.fingerprint_terms):
+        bound = fingerprint_deviation_bound(timed.fingerprint_terms)
+        problem = (f"the fingerprints of {timed.fingerprint_terms} timed outputs are off the reference's by "
+                   f"{timed.fingerprint_deviation:.4g} squared scales in all, over the {bound:.4g} that outputs within "
+                   "the tolerance stay under but with a chance of 2e-9: outside the tolerance, though none alone by "
+                   "six scales")
     elif timed.reported != timed.expected:
         problem = f"the candidate handed over {timed.reported} of the {timed.expected} outputs asked for"
     elif timed.mismatches:  # results stored before outputs were judged element by element

@@ -147,6 +147,10 @@ class TimedOutputCheck(BaseModel):
     reference_fingerprint_ms: list[float] = Field(default_factory=list)
     fingerprinted: int = 0
     fingerprint_mismatches: list[str] = Field(default_factory=list)
+    # The sum over the evaluation of (fingerprint difference / scale)**2, and its number of terms: outputs each
+    # within its bound but all a little outside the tolerance add up (grading.fingerprint_deviation_bound).
+    fingerprint_deviation: float = 0.0
+    fingerprint_terms: int = 0
     # Results graded before fingerprints (see grading._timed_outputs): the hand-overs on the parent's clock, and the
     # trusted side's saves of outputs of the same sizes.
     handover_ms: list[float] = Field(default_factory=list)

@@ -115,6 +115,19 @@ def test_a_fingerprint_off_the_reference_is_flagged_timed_outputs():
     assert "95 of 95 fingerprinted outputs: timed call 0 output 0" in g.log_excerpt and "92 more" in g.log_excerpt
 
 
+def test_fingerprints_a_little_off_in_every_output_add_up_to_timed_outputs():
+    """285 outputs each within six scales, but off by twice the tolerance's scale on average: the sum of squares (about
+    1140) is past what outputs within the tolerance reach but with a chance of 2e-9 (about 476); at the tolerance's
+    scale on average (285), they pass."""
+    honest = _fingerprinted([4.0] * 15, [4.0] * 15).model_copy(update={"fingerprint_deviation": 285.0,
+                                                                       "fingerprint_terms": 285})
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=honest))[0] == Verdict.passed
+    low_precision = honest.model_copy(update={"fingerprint_deviation": 1140.0})
+    g = grade(_passing(candidate_timing=_window_timing(1.5), timed_outputs=low_precision), TOL)
+    assert g.verdict == Verdict.flagged and [f.check for f in g.flags] == ["timed_outputs"]
+    assert "off the reference's by 1140 squared scales in all, over the 476" in g.log_excerpt
+
+
 def test_a_handover_that_computes_is_flagged_and_one_that_only_saves_passes():
     """Results stored before fingerprints keep the hand-over's own bound (regrading them decides as before)."""
     # Credited 0.01 ms per call, yet handing over 2 outputs took 40 ms more than saving them: computed when asked.

@@ -485,6 +485,9 @@ class _Evaluation:
             if r >= 0:
                 check.fingerprinted += sum(len(row) for row in reference[0])
                 check.fingerprint_mismatches += windows.fingerprint_mismatches(r, calls, got, *reference)
+                deviation, terms = windows.fingerprint_deviation(got, *reference)
+                check.fingerprint_deviation += deviation
+                check.fingerprint_terms += terms
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
         self.obs.timed_outputs = check
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must

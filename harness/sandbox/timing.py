@@ -72,8 +72,8 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     return seen
 
 
-# Outputs stacked at once to fingerprint them (float64): a window's hundreds of small outputs in one product, its few
-# large ones a few at a time.
+# Elements (of outputs, and as many draws) fingerprinted at once, in float64: a window's hundreds of small outputs in
+# one product, its few large ones a few at a time, one of gigabytes a slice at a time.
 FINGERPRINT_CHUNK_BYTES = 256 << 20
 
 
@@ -85,10 +85,11 @@ def _tensors_of(output: Any) -> list[torch.Tensor | None]:
 
 def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[list[float | None]]:
     """One number per tensor of each kept output: its elements in float64 dotted with standard normal draws made from
-    `key` (one vector per tensor position and size, shared by every call of the window). The key is drawn by the
-    parent after the window closed, so the only way to these numbers is through outputs already computed: an
-    output computed only when asked for is paid for inside this command, on the parent's clock. None where the
-    number is not finite or the output holds no tensor there."""
+    `key`, drawn anew for every call (so that errors alike in every call do not add up alike). The key is drawn by
+    the parent after the window closed, so the only way to these numbers is through outputs already computed: an
+    output computed only when asked for is paid for inside this command, on the parent's clock. Both sides draw
+    the same numbers in the same order (one generator per tensor position and size, slices of at most
+    FINGERPRINT_CHUNK_BYTES). None where the number is not finite or the output holds no tensor there."""
     tensors = [_tensors_of(o) for o in outputs]
     result: list[list[float | None]] = [[None] * len(ts) for ts in tensors]
     groups: dict[tuple[int, int], list[tuple[int, torch.Tensor]]] = {}
@@ -96,15 +97,21 @@ def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[lis
         for k, t in enumerate(ts):
             if t is not None:
                 groups.setdefault((k, t.numel()), []).append((j, t))
+    elements = FINGERPRINT_CHUNK_BYTES // 8
     with torch.no_grad():
         for (k, n), members in groups.items():
             gen = torch.Generator(device=device).manual_seed((key + k) % (1 << 63))
-            r = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
-            per = max(1, FINGERPRINT_CHUNK_BYTES // max(8 * n, 1))
-            for s in range(0, len(members), per):
-                chunk = members[s:s + per]
-                stacked = torch.stack([t.detach().reshape(-1).to(device=device, dtype=torch.float64) for _, t in chunk])
-                for (j, _), v in zip(chunk, (stacked @ r).tolist(), strict=True):
+            cols = max(1, min(n, elements))  # a large output in slices of columns
+            rows = max(1, elements // max(n, 1))  # small ones many calls at once
+            for s in range(0, len(members), rows):
+                chunk = members[s:s + rows]
+                sums = torch.zeros(len(chunk), dtype=torch.float64, device=device)
+                for c in range(0, n, cols):
+                    stacked = torch.stack([t.detach().reshape(-1)[c:c + cols].to(device).to(torch.float64)
+                                           for _, t in chunk])
+                    draws = torch.randn(stacked.shape, generator=gen, dtype=torch.float64, device=device)
+                    sums += (stacked * draws).sum(dim=1)
+                for (j, _), v in zip(chunk, sums.tolist(), strict=True):
                     result[j][k] = v if math.isfinite(v) else None
     return result
 

@@ -100,6 +100,24 @@ def fingerprint_mismatches(window: int, calls: int, got: list[list[float | None]
     return found
 
 
+def fingerprint_deviation(got: list[list[float | None]], reference: list[list[float | None]],
+                          scales: list[list[float | None]]) -> tuple[float, int]:
+    """The sum of (difference / scale)**2 over the outputs of a window whose fingerprints both sides gave, and their
+    number (grading.fingerprint_deviation_bound judges the evaluation's total). Mismatched structures count in
+    fingerprint_mismatches instead."""
+    total, terms = 0.0, 0
+    if len(got) != len(reference):
+        return total, terms
+    for g_row, r_row, s_row in zip(got, reference, scales, strict=True):
+        if len(g_row) != len(r_row):
+            continue
+        for g, r, scale in zip(g_row, r_row, s_row, strict=True):
+            if g is not None and r is not None and scale and math.isfinite(g):
+                total += ((g - r) / scale) ** 2
+                terms += 1
+    return total, terms
+
+
 def _iqr(values: list[float]) -> float:
     if len(values) < 2:
         return 0.0

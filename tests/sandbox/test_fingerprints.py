@@ -77,9 +77,49 @@ def test_tuple_outputs_other_structures_and_non_finite_values():
          "tolerance)"]
 
 
-def test_many_outputs_fingerprinted_a_few_at_a_time_give_the_numbers_of_one_product(monkeypatch):
-    outs = _outputs(7, (16, 16))
-    whole = timing.fingerprints(outs, 3, CPU)
-    monkeypatch.setattr(timing, "FINGERPRINT_CHUNK_BYTES", 3 * 16 * 16 * 8)  # three outputs at a time
-    chunked = timing.fingerprints(outs, 3, CPU)
-    assert [row[0] for row in chunked] == pytest.approx([row[0] for row in whole], rel=1e-12)
+def test_outputs_larger_than_a_slice_are_fingerprinted_in_slices_and_still_tell_right_from_wrong(monkeypatch):
+    """KernelBench's level1 files at their own sizes hand back outputs of gigabytes: their fingerprints go a slice
+    of columns at a time (and small outputs many calls at a time), both sides in the same order."""
+    monkeypatch.setattr(timing, "FINGERPRINT_CHUNK_BYTES", 8 * 100)  # 100 elements: a 32 x 64 output in 21 slices
+    reference = _outputs(4)
+    assert timing.fingerprints(reference, 3, CPU) == timing.fingerprints([r.clone() for r in reference], 3, CPU)
+    near = [r + 0.5 * (ATOL + RTOL * r.abs()) for r in reference]
+    assert _mismatches(near, reference) == []
+    wrong = [r.clone() for r in reference]
+    wrong[1][31, 63] += 1.0  # the last slice's last element
+    assert [f.split(":")[0] for f in _mismatches(wrong, reference)] == ["timed call 1 output 0"]
+
+
+def test_errors_alike_in_every_call_are_drawn_against_anew(monkeypatch):
+    """The draws are new for every call: an error the same in every call (a bias added in another order) gives
+    fingerprint errors that do not move together."""
+    reference = _outputs(8, (16, 16))
+    shifted = [r + 0.9 * ATOL for r in reference]
+    got, ref = timing.fingerprints(shifted, 4, CPU), timing.fingerprints(reference, 4, CPU)
+    diffs = [g[0] - r[0] for g, r in zip(got, ref, strict=True)]
+    assert len({round(d, 12) for d in diffs}) == 8 and min(diffs) < 0 < max(diffs)
+
+
+def _deviation(got: list, reference: list, key: int) -> tuple[float, int]:
+    return windows.fingerprint_deviation(timing.fingerprints(got, key, CPU), timing.fingerprints(reference, key, CPU),
+                                         timing.fingerprint_scales(reference, ATOL, RTOL))
+
+
+@pytest.mark.parametrize(("factor", "caught"), [(0.95, False), (2.0, True)])
+def test_outputs_a_little_outside_the_tolerance_pass_one_by_one_but_not_all_together(factor, caught):
+    """A window computed at a lower precision whose error is twice the tolerance at every element: each output's
+    fingerprint is off by about two scales (inside the six allowed, one output at a time), but over an evaluation's
+    15 windows the squares add up past what outputs within the tolerance reach; at 95% of the tolerance, not."""
+    from harness.grading import fingerprint_deviation_bound
+
+    total, terms, single = 0.0, 0, []
+    for window in range(15):
+        reference = _outputs(19, (8, 32), seed=window)
+        gen = torch.Generator().manual_seed(100 + window)
+        got = [r + factor * (ATOL + RTOL * r.abs()) * torch.randint(0, 2, r.shape, generator=gen).mul(2).sub(1)
+               for r in reference]
+        single += _mismatches(got, reference, key=window)
+        deviation, n = _deviation(got, reference, key=window)
+        total, terms = total + deviation, terms + n
+    assert terms == 15 * 19 and (total > fingerprint_deviation_bound(terms)) == caught
+    assert len(single) < 3  # one output at a time, hardly any is beyond six scales

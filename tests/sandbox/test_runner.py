@@ -37,7 +37,8 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     check = o.timed_outputs  # every output of every window fingerprinted; of a few, two handed over whole
     calls, picks = o.candidate_timing.calls_per_window, min(2, o.candidate_timing.calls_per_window)
     assert len(check.fingerprint_ms) == len(check.reference_fingerprint_ms) == 3
-    assert check.fingerprinted == 3 * calls and check.fingerprint_mismatches == []
+    assert check.fingerprinted == check.fingerprint_terms == 3 * calls and check.fingerprint_mismatches == []
+    assert check.fingerprint_deviation < check.fingerprint_terms  # the reference itself: far inside the tolerance
     assert all(0 < ms < 1e4 for ms in check.fingerprint_ms + check.reference_fingerprint_ms)
     assert not check.reference_save_ms and not check.latency_ms  # the hand-over's time bound no more
     assert 1 <= len(check.handover_ms) <= 3  # three windows of three: each drawn with chance 1
