@@ -104,8 +104,9 @@ class Settings(BaseSettings):
     child_max_pids: int = Field(default=2048, ge=16,
                                 description="Processes and threads per child (cgroup, RLIMIT_NPROC).")
     child_open_files: int = Field(default=4096, ge=64, description="RLIMIT_NOFILE per child.")
-    child_file_mb: int = Field(default=4096, ge=0,
-                               description="Largest file a child may write (RLIMIT_FSIZE); 0: none.")
+    child_file_mb: int = Field(default=16_384, ge=0,
+                               description="Largest file a candidate's process may write (RLIMIT_FSIZE): one output "
+                               "of the problem must fit (KernelBench's level3/17 at its own size: 4.3 GB); 0: none.")
     child_cpu_s: int = Field(default=7200, ge=0, description="CPU seconds per child process (RLIMIT_CPU); 0: none.")
     child_disk_mb: int = Field(default=8192, ge=0, description="Disk a child may fill in its home and build dir; "
                                "the parent kills it beyond; 0: no limit.")

@@ -217,7 +217,7 @@ class Jail:
         limits = {"core": 0, "nofile": s.child_open_files}
         if s.child_cpu_s:
             limits["cpu"] = s.child_cpu_s
-        if s.child_file_mb:
+        if s.child_file_mb and self.untrusted:  # the trusted side writes the trials' inputs, whatever their size
             limits["fsize"] = s.child_file_mb * 2**20
         if self.uid is not None or (not p.root and p.cgroup is None):  # root ignores it; a user's count is shared
             limits["nproc"] = s.child_max_pids

@@ -364,6 +364,13 @@ class _Evaluation:
         # determinism re-run's and one hand-over's picks (judged files are removed once judged).
         kept = len(prepared["distributions"]) + 1 + windows.PICKS_PER_WINDOW
         self.candidate.proc.allow_disk(int(1.1 * kept * prepared["output_bytes"]))
+        largest = self.settings.child_file_mb << 20
+        if largest and prepared["output_bytes"] + (64 << 20) > largest:
+            # The candidate could not save one output: its write would fail and read as the submission's fault.
+            raise TrustedFailed(
+                f"at this size one output is {prepared['output_bytes'] / 2**30:.2f} GiB, more than the largest file "
+                f"a candidate may write ({self.settings.child_file_mb} MiB, HARNESS_CHILD_FILE_MB): raise it, or "
+                "evaluate the problem at a smaller size")
         self.phases.end("reference_prepare")
         return prepared
 

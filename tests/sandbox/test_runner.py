@@ -508,6 +508,29 @@ def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candid
     assert "killed" not in (r.observations.log_tail or "")
 
 
+def test_outputs_larger_than_the_largest_file_a_candidate_may_write_are_the_harness_limit_said_plainly(settings,
+                                                                                                       tmp_path):
+    """KernelBench's level3/17 at its own size has outputs of 4.3 GB, over the candidate's 4 GiB file-size limit
+    (RLIMIT_FSIZE): its honest reference, resubmitted, failed to save its first trial's output on an H100 ("unexpected
+    pos 704 vs 598") and was a `runtime_error`, blamed on the submission. An output over the limit is now the
+    harness's limit, said before any trial (the default is 16 GiB); the trusted side, which writes the inputs, has
+    none. Here: outputs and inputs of 4 MiB against a 2 MiB limit, then against 70 MiB."""
+    from harness.problems import load_kernelbench_dir
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "19_ReLU.py").write_text(_RELU.format(batch=256))
+    (spec,) = load_kernelbench_dir(level)
+    source = spec.source().replace("class Model(", "class ModelNew(")
+    small_files = settings.model_copy(update={"child_file_mb": 2})
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), small_files)
+    assert r.verdict == Verdict.infra_error, r.message + r.log_excerpt
+    assert "more than the largest file a candidate may write (2 MiB, HARNESS_CHILD_FILE_MB)" in r.message
+    fits = settings.model_copy(update={"child_file_mb": 70})
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), fits)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+
+
 def test_a_commands_deadline_covers_writing_the_outputs_it_saves():
     """KernelBench's level2/19 at its own size saves 7 trial outputs of 2.2 GB: its honest reference, resubmitted,
     was a `timeout` on an H100 after the 30 s floor (50 x its 7 calls' time is a few seconds). The time to write
