@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,7 @@ class ThroughputReport(BaseModel):
     origins: list[str]
     arch_list: str | None  # TORCH_CUDA_ARCH_LIST override; None: the worker's default (its GPU's arch only)
     modes: list[ModeReport]
-    bar: BarCheck
+    bar: BarCheck | None = None  # None until both the serial and the pipelined mode ran (`--modes`, or a run cut off)
 
 
 def bar_check(serial: ModeReport, pipelined: ModeReport, warm: ModeReport | None = None) -> BarCheck:
@@ -266,12 +266,27 @@ def bench_slot(device: str, gpu: int, settings: Settings) -> Slot:
     return slots[0]
 
 
+MODES = ("serial", "pipelined", "warm")
+
+
+def check_modes(modes: Sequence[str]) -> None:
+    """The modes asked for exist, and warm comes with pipelined (it evaluates that mode's builds again)."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"the modes are {', '.join(MODES)} (got {', '.join(modes) or 'none'})")
+    if "warm" in modes and "pipelined" not in modes:
+        raise ValueError("the warm mode evaluates the pipelined mode's builds again: ask for pipelined too")
+
+
 def run_bench(variants: list[Variant], settings: Settings, registry: Registry, work_dir: Path, *, device: str,
               gpu: int = 0, compile_workers: int | None = None, arch_list: str | None = None,
-              serial_n: int | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> ThroughputReport:
-    """Serial (on the first `serial_n` variants, all by default), then pipelined (on all), each in a fresh data
-    dir under `work_dir` (which must not hold earlier runs)."""
+              serial_n: int | None = None, modes: Sequence[str] = MODES,
+              progress: Callable[[str, int, int], None] | None = None,
+              on_mode: Callable[[ThroughputReport], None] | None = None) -> ThroughputReport:
+    """Serial (on the first `serial_n` variants, all by default), then pipelined (on all), then warm, those of
+    `modes`, each in a fresh data dir under `work_dir` (which must not hold earlier runs). `on_mode` gets the report
+    so far after each mode: a run cut off by a time limit still leaves the modes it finished."""
+    check_modes(modes)
     if serial_n is not None and not 1 <= serial_n <= len(variants):
         raise ValueError(f"the serial sample must be 1 to {len(variants)} submissions, got {serial_n}")
     capabilities.check_safe(settings)
@@ -279,21 +294,31 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
     if compile_workers is None:  # the worker's default; at least one, which a CPU-only worker would not run
         compile_workers = default_compile_workers(settings, [slot])
     extra_env = {"TORCH_CUDA_ARCH_LIST": arch_list} if arch_list else {}
-    modes = []
+    done: list[ModeReport] = []
     by_problem = sorted(variants, key=lambda v: v.spec.id)  # stable: each problem's in their order
+    report: ThroughputReport | None = None
     for mode, workers, batch, data_dir in (
             ("serial", 0, variants[:serial_n] if serial_n else variants, work_dir / "serial"),
             ("pipelined", max(1, compile_workers), variants, work_dir / "pipelined"),
             ("warm", max(1, compile_workers), by_problem, work_dir / "pipelined")):  # its builds, cached
+        if mode not in modes:
+            continue
         if mode != "warm" and data_dir.exists() and any(data_dir.iterdir()):
             raise ValueError(f"{data_dir} is not empty: each mode needs a fresh build cache")
         mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None})
-        modes.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,
-                              extra_env=extra_env,
-                              progress=(lambda done, total, m=mode: progress(m, done, total)) if progress else None))
-    target = slot.target
-    return ThroughputReport(
-        device=device, device_name=target.device_name if target else device, n=len(variants),
-        serial_n=serial_n if serial_n and serial_n < len(variants) else None,
-        distinct_sources=len({v.text for v in variants}), origins=sorted({v.origin for v in variants}),
-        arch_list=arch_list, modes=modes, bar=bar_check(*modes))
+        done.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,
+                             extra_env=extra_env,
+                             progress=(lambda d, total, m=mode: progress(m, d, total)) if progress else None))
+        target = slot.target
+        by_mode = {m.mode: m for m in done}
+        report = ThroughputReport(
+            device=device, device_name=target.device_name if target else device, n=len(variants),
+            serial_n=serial_n if serial_n and serial_n < len(variants) and "serial" in by_mode else None,
+            distinct_sources=len({v.text for v in variants}), origins=sorted({v.origin for v in variants}),
+            arch_list=arch_list, modes=list(done),
+            bar=bar_check(by_mode["serial"], by_mode["pipelined"], by_mode.get("warm"))
+            if "serial" in by_mode and "pipelined" in by_mode else None)
+        if on_mode is not None:
+            on_mode(report)
+    assert report is not None
+    return report

@@ -115,6 +115,24 @@ def test_bench_throughput_on_cpu_evaluates_every_variant_in_each_mode(svc_settin
     assert json.loads(out.read_text())["schema_version"] == 1
 
 
+def test_bench_runs_the_modes_asked_for_and_writes_each_as_it_ends(svc_settings, tmp_path):
+    """On an H100 host `-n 6` of all three modes outlasted a 10-minute limit and left nothing: each mode's figures now
+    go to stderr and to --json as soon as it ends, and `--modes` runs some of them (warm needs pipelined's builds)."""
+    out = tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "2", "--device", "cpu", "--modes", "pipelined,warm",
+                                   "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    assert "pipelined done: 2 evaluations in" in p.stderr and "warm done: 2 evaluations in" in p.stderr
+    rep = throughput.ThroughputReport.model_validate_json(out.read_text())
+    assert [m.mode for m in rep.modes] == ["pipelined", "warm"] and rep.bar is None and rep.serial_n is None
+    assert all(m.verdicts == {"passed": 2} for m in rep.modes)
+    assert "bar: warm evaluations per hour" in p.stdout and "need both the serial and the pipelined" in p.stdout
+    bad = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--modes", "warm"),
+                         env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "ask for pipelined too" in bad.stderr
+
+
 def test_bench_refuses_a_serial_sample_larger_than_the_batch(svc_settings):
     p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--serial-n", "4", "--device", "cpu"),
                        env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
