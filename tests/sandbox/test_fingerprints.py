@@ -80,8 +80,11 @@ def test_tuple_outputs_other_structures_and_non_finite_values():
 def test_outputs_larger_than_a_slice_are_fingerprinted_in_slices_and_still_tell_right_from_wrong(monkeypatch):
     """KernelBench's level1 files at their own sizes hand back outputs of gigabytes: their fingerprints go a slice
     of columns at a time (and small outputs many calls at a time), both sides in the same order."""
-    monkeypatch.setattr(timing, "FINGERPRINT_CHUNK_BYTES", 8 * 100)  # 100 elements: a 32 x 64 output in 21 slices
     reference = _outputs(4)
+    whole = timing.fingerprint_scales(reference, ATOL, RTOL)
+    monkeypatch.setattr(timing, "FINGERPRINT_CHUNK_BYTES", 8 * 100)  # 100 elements: a 32 x 64 output in 21 slices
+    assert [row[0] for row in timing.fingerprint_scales(reference, ATOL, RTOL)] == \
+        pytest.approx([row[0] for row in whole], rel=1e-12)
     assert timing.fingerprints(reference, 3, CPU) == timing.fingerprints([r.clone() for r in reference], 3, CPU)
     near = [r + 0.5 * (ATOL + RTOL * r.abs()) for r in reference]
     assert _mismatches(near, reference) == []
