@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from harness.problems.spec import ProblemSpec
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Tolerance
 from harness.verdicts import Verdict
@@ -489,19 +491,24 @@ def test_the_exchange_space_check_counts_every_trials_input_and_output(tmp_path,
         trusted.check_exchange_space(tmp_path, 7, 7 << 20, 6 << 20)  # 91 MiB, 100 with the tenth
 
 
-def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candidates_disk_share(settings, tmp_path):
-    """KernelBench's level1/54 at its own size (976 MB outputs) was killed on an H100 for writing 8199 MiB, over its
-    8192 MiB share: the 7 trial outputs and a hand-over that the harness itself asked it to keep. The share grows by
-    what the harness asks to be kept, and judged outputs are removed. Here: 7 outputs of 4 MiB against an 8 MiB
-    share; the honest reference passes. The exploit that fills the disk on its own (test_containment) is still
-    killed, and its verdict names the limit."""
+def _relu_copy(tmp_path: Path) -> tuple[ProblemSpec, str]:
+    """KernelBench's level1/19 (ReLU) at batch 256 (inputs and outputs of 4 MiB), and its reference as ModelNew."""
     from harness.problems import load_kernelbench_dir
 
     level = tmp_path / "level1"
     level.mkdir()
     (level / "19_ReLU.py").write_text(_RELU.format(batch=256))
     (spec,) = load_kernelbench_dir(level)
-    source = spec.source().replace("class Model(", "class ModelNew(")
+    return spec, spec.source().replace("class Model(", "class ModelNew(")
+
+
+def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candidates_disk_share(settings, tmp_path):
+    """KernelBench's level1/54 at its own size (976 MB outputs) was killed on an H100 for writing 8199 MiB, over its
+    8192 MiB share: the 7 trial outputs and a hand-over that the harness itself asked it to keep. The share grows by
+    what the harness asks to be kept, and judged outputs are removed. Here: 7 outputs of 4 MiB against an 8 MiB
+    share; the honest reference passes. The exploit that fills the disk on its own (test_containment) is still
+    killed, and its verdict names the limit."""
+    spec, source = _relu_copy(tmp_path)
     tight = settings.model_copy(update={"child_disk_mb": 8})
     r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), tight)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
@@ -515,13 +522,7 @@ def test_outputs_larger_than_the_largest_file_a_candidate_may_write_are_the_harn
     pos 704 vs 598") and was a `runtime_error`, blamed on the submission. An output over the limit is now the
     harness's limit, said before any trial (the default is 16 GiB); the trusted side, which writes the inputs, has
     none. Here: outputs and inputs of 4 MiB against a 2 MiB limit, then against 70 MiB."""
-    from harness.problems import load_kernelbench_dir
-
-    level = tmp_path / "level1"
-    level.mkdir()
-    (level / "19_ReLU.py").write_text(_RELU.format(batch=256))
-    (spec,) = load_kernelbench_dir(level)
-    source = spec.source().replace("class Model(", "class ModelNew(")
+    spec, source = _relu_copy(tmp_path)
     small_files = settings.model_copy(update={"child_file_mb": 2})
     r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), small_files)
     assert r.verdict == Verdict.infra_error, r.message + r.log_excerpt
