@@ -151,14 +151,14 @@ class TimedOutputCheck(BaseModel):
     # within its bound but all a little outside the tolerance add up (grading.fingerprint_deviation_bound).
     fingerprint_deviation: float = 0.0
     fingerprint_terms: int = 0
-    # Results graded before fingerprints (see grading._timed_outputs): the hand-overs on the parent's clock, and the
-    # trusted side's saves of outputs of the same sizes.
+    # The hand-overs on the parent's clock (a diagnostic now), and, in results graded before fingerprints, the
+    # trusted side's saves of outputs of the same sizes that bounded them (see grading._timed_outputs).
     handover_ms: list[float] = Field(default_factory=list)
     reference_save_ms: list[float] = Field(default_factory=list)
-    # Each hand-over's check by the trusted side on the parent's clock, less the time of its own steps: the round
-    # trip's latency on this host at that moment, paired with the hand-over (a loaded host delays every wake-up).
+    # Before fingerprints: each hand-over's check by the trusted side on the parent's clock, less the time of its own
+    # steps (the host's round-trip latency then, paired with the hand-over).
     latency_ms: list[float] = Field(default_factory=list)
-    handover_slack_ms: float | None = None
+    handover_slack_ms: float | None = None  # what the fingerprints (before them, the hand-overs) may take over
     # The judge's figures for each checked output (`trial` is its call index), graded like a trial's.
     calls: list[TrialFigures] = Field(default_factory=list)
 
