@@ -129,11 +129,13 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
 @pytest.mark.slow
 @pytest.mark.kernelbench_sample
 def test_every_reference_in_the_ci_sample_passes_its_own_evaluation(tmp_path: Path):
-    """The A/A check over KernelBench's own files (20 of them, all three levels) at reduced sizes.
-    Costs about 2 minutes on a 2-core CPU machine (111 s and 131 s measured, docs/kernelbench.md)."""
+    """The A/A check over KernelBench's own files (20 of them, all three levels) at reduced sizes, one at a time: two
+    side by side on a 2-core machine running the rest of the suite once flagged level1/19's honest reference
+    `handover_time` (its fingerprints, waking late on the overloaded host, took longer than the trusted side's by
+    more than the CPU's slack; the bound is not yet net of the host's latency)."""
     specs = sc.select(load_kernelbench_dir(SAMPLE_DIR), list(sc.CI_SAMPLE))
     t0 = time.monotonic()
-    rows = sc.run_selfcheck(specs, sc.SelfcheckOptions(device="cpu", jobs=2),
+    rows = sc.run_selfcheck(specs, sc.SelfcheckOptions(device="cpu", jobs=1),
                             Settings(data_dir=tmp_path / "data"))
     failed = [(r.problem, r.verdict, r.message) for r in rows if r.verdict != "passed"]
     assert not failed, failed
