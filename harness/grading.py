@@ -21,10 +21,10 @@ PRECISION_FLOOR = 1e-5
 
 _EXCERPT_LINES = 30
 
-# A candidate's fingerprints of a window's outputs may take longer than the trusted side's of the same outputs by
-# the slack (obs.timed_outputs.handover_slack_ms) plus this share of the trusted side's own time (the same GPU work,
-# whose time varies from run to run): an honest fingerprint only reads outputs already made; work a window left
-# undone is paid for there, on the parent's clock.
+# A candidate's fingerprints of a window's outputs (net of the host's round trip) may take longer than the trusted
+# side's of the same outputs (on its own clock) by the slack (obs.timed_outputs.handover_slack_ms) plus this share
+# of the trusted side's time (the same GPU work, whose time varies from run to run): an honest fingerprint only
+# reads outputs already made; work a window left undone is paid for there, on the parent's clock.
 FINGERPRINT_SHARE = 0.5
 # The tail of the evaluation's fingerprint deviation (the sum of squared differences over scales) that outputs within
 # their tolerance reach with the chance e**-x at most: each term is at most a squared standard normal (the draws are
@@ -44,8 +44,9 @@ def fingerprint_deviation_bound(terms: int) -> float:
 HANDOVER_CALL_SHARE = 0.5
 # ... plus this share of the trusted side's own save: writing tens of MB varies by that much from run to run.
 HANDOVER_SAVE_SHARE = 0.5
-# The host's round-trip latency taken off a hand-over, at most this many times the slack: a submission that loads
-# the host right after its reply delays the trusted side's wake-up too, and gains no more than this.
+# The host's round-trip latency taken off a fingerprint (in results stored before fingerprints, a hand-over), at
+# most this many times the slack: a submission that loads the host right after its reply delays the trusted side's
+# wake-up too, and gains no more than this.
 HANDOVER_LATENCY_CREDIT = 3.0
 # Timed windows whose times per call spread wider than this (interquartile range over median) are too noisy to
 # rank: the result stands, marked timing_unreliable.
@@ -258,19 +259,29 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
 
 
 def _fingerprint_time(timed: TimedOutputCheck) -> Grade | None:
-    """What the candidate's fingerprints took beyond the trusted side's of the same outputs, window by window (each
-    on the parent's clock, both with the host's round trip): beyond the slack, outputs were computed when asked
-    for, not in the window."""
+    """What the candidate's fingerprints took beyond the trusted side's of the same outputs, window by window: the
+    candidate's on the parent's clock less the host's round trip right after it (at most HANDOVER_LATENCY_CREDIT
+    slacks), against the trusted side's on its own clock. Beyond the slack, outputs were computed when asked for,
+    not in the window. Results stored before the round trips compare both sides on the parent's clock."""
     assert timed.handover_slack_ms is not None
-    pairs = list(zip(timed.fingerprint_ms, timed.reference_fingerprint_ms, strict=False))
+    n = len(timed.fingerprint_ms)
+    if len(timed.fingerprint_latency_ms) == n and len(timed.reference_fingerprint_own_ms) == n:
+        cap = HANDOVER_LATENCY_CREDIT * timed.handover_slack_ms
+        latency = [min(lat, cap) for lat in timed.fingerprint_latency_ms]
+        pairs = [(c - lat, r) for c, lat, r in zip(timed.fingerprint_ms, latency, timed.reference_fingerprint_own_ms,
+                                                     strict=True)]
+        net = f", net of the host's round-trip latency (median {statistics.median(latency):.3g} ms)"
+    else:
+        pairs = list(zip(timed.fingerprint_ms, timed.reference_fingerprint_ms, strict=False))
+        net = ""
     excess = statistics.median(c - r for c, r in pairs)
     own = statistics.median(r for _, r in pairs)
     allowed = timed.handover_slack_ms + FINGERPRINT_SHARE * own
     if excess <= allowed:
         return None
-    detail = (f"fingerprinting a window's outputs took {excess:.3g} ms more than the trusted side's fingerprints of "
-              f"the same outputs ({own:.3g} ms; median over {len(pairs)} windows, allowed {allowed:.3g} ms): the "
-              "outputs were computed when asked for, not in the window")
+    detail = (f"fingerprinting a window's outputs took {excess:.3g} ms more{net} than the trusted side's "
+              f"fingerprints of the same outputs ({own:.3g} ms; median over {len(pairs)} windows, allowed "
+              f"{allowed:.3g} ms): the outputs were computed when asked for, not in the window")
     return _flagged("handover_time", "the timed window did not compute what it was asked for", detail)
 
 

@@ -140,11 +140,15 @@ class TimedOutputCheck(BaseModel):
     expected: int = 0  # outputs asked for
     checked: list[int] = Field(default_factory=list)  # call indices (window * calls_per_window + call)
     mismatches: list[str] = Field(default_factory=list)
-    # Fingerprints: the candidate's on the parent's clock and the trusted side's of eager's outputs (its command on
-    # the parent's clock less its scales step), per timed window: an output computed only when asked for is paid
-    # for here. Outputs fingerprinted, and those whose fingerprint is off by more than an error within the tolerance.
+    # Fingerprints, per timed window: the candidate's on the parent's clock, and the host's round trip right after
+    # it (a trusted no-op on the parent's clock); the trusted side's of eager's outputs, on its own clock (what an
+    # honest fingerprint costs) and, as a diagnostic, its command on the parent's clock less its scales step (in
+    # results stored before the round trips, the bound). An output computed only when asked for is paid for here.
+    # Outputs fingerprinted, and those whose fingerprint is off by more than an error within the tolerance.
     fingerprint_ms: list[float] = Field(default_factory=list)
+    fingerprint_latency_ms: list[float] = Field(default_factory=list)
     reference_fingerprint_ms: list[float] = Field(default_factory=list)
+    reference_fingerprint_own_ms: list[float] = Field(default_factory=list)
     fingerprinted: int = 0
     fingerprint_mismatches: list[str] = Field(default_factory=list)
     # The sum over the evaluation of (fingerprint difference / scale)**2, and its number of terms: outputs each

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's gpu tests in one command on a GPU host, in two stages, each with a one-line summary.
 #   scripts/gpu-suite.sh [part ...]      parts: corpus sandbox service solutions (default: all)
+#   GPU_SUITE_STAGES="verdicts"          only the stages named (default: "verdicts alone")
 # Stage "verdicts": the gpu tests of the parts chosen that judge verdicts, not speed, together in parallel
 # processes (pytest-xdist, GPU_SUITE_WORKERS, default 8). It starts while every load_inline source the tests
 # evaluate is built, one per core (scripts/build_cuda_sources.py): a test that needs a build waits for its lock.
@@ -15,6 +16,7 @@ export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
 export HARNESS_TEST_DATA_DIR=${HARNESS_TEST_DATA_DIR:-$HARNESS_DATA_DIR/tests}
 export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
 workers=${GPU_SUITE_WORKERS:-8}
+stages=" ${GPU_SUITE_STAGES:-verdicts alone} "
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(corpus sandbox service solutions)
 
@@ -48,9 +50,9 @@ for p in "${parts[@]}"; do
   esac
 done
 status=0
-stage verdicts yes "gpu and not alone" "${files[@]}" || status=1
+if [[ $stages == *" verdicts "* ]]; then stage verdicts yes "gpu and not alone" "${files[@]}" || status=1; fi
 wait $builds
 printf 'stage %-9s rc %d in %4d s: %s\n' builds $? $((SECONDS - t0)) "$(head -1 "$OUT/builds.log")"
-stage alone no "gpu and alone" "${files[@]}" || status=1
+if [[ $stages == *" alone "* ]]; then stage alone no "gpu and alone" "${files[@]}" || status=1; fi
 [ -f "$HARNESS_CORPUS_LOG" ] && sort "$HARNESS_CORPUS_LOG" > "$OUT/corpus-verdicts.sorted.log"
 exit $status

@@ -106,6 +106,28 @@ def test_fingerprints_that_compute_are_flagged_handover_time_and_ones_that_only_
     assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=slow_handover))[0] == Verdict.passed
 
 
+def test_a_loaded_hosts_round_trip_is_taken_off_the_fingerprints_and_a_lazy_window_still_pays():
+    """On the CPU (slack 40 ms), two evaluations side by side on 2 cores running a test suite: an honest reference's
+    fingerprints (8 ms of work) came back 50-70 ms after they were asked for, the trusted side's command 10 ms:
+    flagged handover_time. The trusted side's round trip right after each fingerprint (55-65 ms then) is taken off,
+    and its own clock is what the work costs; a window that left 300 ms a window to its fingerprints still pays it,
+    whatever latency it causes (credited at most 3 slacks, 120 ms)."""
+    loaded = _fingerprinted([62.0, 71.0, 58.0, 66.0, 69.0], [10.0, 11.0, 9.5, 10.4, 10.1]).model_copy(
+        update={"handover_slack_ms": 40.0})
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=loaded)) == \
+        (Verdict.flagged, ["handover_time"])  # no round trips: the bound of results stored before them
+    paired = loaded.model_copy(update={"fingerprint_latency_ms": [56.0, 63.0, 55.0, 60.0, 65.0],
+                                       "reference_fingerprint_own_ms": [8.1, 8.0, 8.3, 7.9, 8.2]})
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=paired))[0] == Verdict.passed
+    lazy = paired.model_copy(update={"fingerprint_ms": [c + 300.0 for c in paired.fingerprint_ms]})
+    g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=lazy), TOL)
+    assert [f.check for f in g.flags] == ["handover_time"] and "net of the host's round-trip latency (median 60 ms)" \
+        in g.log_excerpt
+    gamed = lazy.model_copy(update={"fingerprint_latency_ms": [lat + 300.0 for lat in paired.fingerprint_latency_ms]})
+    g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=gamed), TOL)
+    assert [f.check for f in g.flags] == ["handover_time"] and "(median 120 ms)" in g.log_excerpt
+
+
 def test_a_fingerprint_off_the_reference_is_flagged_timed_outputs():
     forged = _fingerprinted([0.2] * 5, [4.0] * 5, tuple(
         f"timed call {c} output 0: fingerprint 0.0 where the reference's is 12.5 (within 0.0031 for an output "

@@ -523,19 +523,24 @@ class _Evaluation:
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> list[list[float | None]]:
         """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock)."""
         assert self.candidate is not None
+        assert self.trusted is not None
         reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
         check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late).
+        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
+        check.fingerprint_latency_ms.append(round(latency_ms, 4))
         return list(reply.fields["sums"])
 
     def _reference_fingerprint(self, key: int, check: TimedOutputCheck
                                ) -> tuple[list[list[float | None]], list[list[float | None]]]:
         """The trusted side fingerprints eager's outputs of the same seeds under the same key: what an honest
-        fingerprint costs (its command on the parent's clock, less its scales step) and what it must come to."""
+        fingerprint costs (its own clock's fingerprint step) and what it must come to."""
         assert self.trusted is not None
         wall_ms, done = self.trusted.timed_call(FingerprintCommand(
             key=key, atol=self.tolerance.atol, rtol=self.tolerance.rtol).model_dump(mode="json"), "fingerprinted")
         self._trusted_seconds("fingerprint", done)
         check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
+        check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
         return list(done["sums"]), list(done["scales"])
 
     def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False

@@ -514,9 +514,9 @@ class Trusted:
         return seen
 
     def fingerprint(self, cmd: FingerprintCommand) -> dict[str, Any]:
-        """The last window's outputs fingerprinted as the candidate's are (the parent's clock around this command,
-        less the scales' step, is what an honest fingerprint costs), and each one's scale of an error within the
-        tolerance; then they are let go."""
+        """The last window's outputs fingerprinted as the candidate's are (the fingerprint step on this process's
+        own clock is what an honest fingerprint costs), and each one's scale of an error within the tolerance;
+        then they are let go."""
         clock = _Clock(self.device)
         sums = timing.fingerprints(self.window_outputs, cmd.key, self.device)
         clock.lap("fingerprint")
@@ -636,7 +636,9 @@ def main(argv: list[str] | None = None) -> int:
         raw = json.loads(line)
         name = raw.get("cmd")
         try:
-            if name == "probe":
+            if name == "ping":  # the host's round trip now: nothing else is done
+                chan.send("pong")
+            elif name == "probe":
                 chan.send("probed", **probe(raw.get("device", "auto")))
             elif name == "peaks":
                 chan.send("peaks", **trusted.peaks())

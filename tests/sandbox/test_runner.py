@@ -38,10 +38,12 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert r.speedup_vs_eager == pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
     check = o.timed_outputs  # every output of every window fingerprinted; of a few, two handed over whole
     calls, picks = o.candidate_timing.calls_per_window, min(2, o.candidate_timing.calls_per_window)
-    assert len(check.fingerprint_ms) == len(check.reference_fingerprint_ms) == 3
+    assert len(check.fingerprint_ms) == len(check.reference_fingerprint_ms) == len(check.fingerprint_latency_ms) == \
+        len(check.reference_fingerprint_own_ms) == 3
     assert check.fingerprinted == check.fingerprint_terms == 3 * calls and check.fingerprint_mismatches == []
     assert check.fingerprint_deviation < check.fingerprint_terms  # the reference itself: far inside the tolerance
-    assert all(0 < ms < 1e4 for ms in check.fingerprint_ms + check.reference_fingerprint_ms)
+    assert all(0 < ms < 1e4 for ms in check.fingerprint_ms + check.reference_fingerprint_ms +
+               check.fingerprint_latency_ms + check.reference_fingerprint_own_ms)
     assert not check.reference_save_ms and not check.latency_ms  # the hand-over's time bound no more
     assert len(check.handover_ms) == 3  # three windows, fewer than CHECKED_WINDOWS: each drawn with chance 1
     assert check.reported == check.expected == len(check.calls) == len(check.handover_ms) * picks
