@@ -35,14 +35,16 @@ from harness.sandbox.warm import TrustedPool  # noqa: E402
 
 def _windows(obs) -> dict:
     """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
-    candidate's and the trusted side's fingerprints of a window's outputs, and the hand-overs'."""
+    candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on the
+    parent's clock and its own), and the hand-overs'."""
     out = {kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
            for kind, t in (("candidate", obs.candidate_timing), ("eager", obs.eager_timing),
                            ("compile", obs.compile_timing)) if t is not None and t.windows_ms}
     if obs.timed_outputs is not None:
         check = obs.timed_outputs
         out["handovers"] = len(check.handover_ms)
-        for key in ("fingerprint_ms", "reference_fingerprint_ms", "handover_ms"):
+        for key in ("fingerprint_ms", "fingerprint_latency_ms", "reference_fingerprint_ms",
+                    "reference_fingerprint_own_ms", "handover_ms"):
             values = getattr(check, key)
             out[f"median_{key}"] = statistics.median(values) if values else None
     return out
