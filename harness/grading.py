@@ -147,6 +147,21 @@ def _flagged(check: str, message: str, detail: str) -> Grade:
 
 
 def grade(obs: Observations, tol: Tolerance) -> Grade:
+    """The verdict, and its flags: a result flagged by what it did carries what the static pre-check found as well
+    (a reviewer sees both; a submission needs only one to be held)."""
+    g = _grade(obs, tol)
+    if g.verdict != Verdict.flagged or not obs.static_findings or any(f.check.startswith("static:") for f in g.flags):
+        return g
+    static = _static_flags(obs)
+    return replace(g, flags=[*g.flags, *static],
+                   log_excerpt="\n".join([g.log_excerpt, *(f"{f.check} {f.detail}" for f in static)]).strip())
+
+
+def _static_flags(obs: Observations) -> list[Flag]:
+    return [Flag(check=f"static:{f.rule}", detail=f"line {f.line}: {f.detail}") for f in obs.static_findings]
+
+
+def _grade(obs: Observations, tol: Tolerance) -> Grade:
     if obs.static_error:
         return Grade(Verdict.invalid_submission, obs.static_error)
     if obs.reference_error:
@@ -354,7 +369,7 @@ def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigure
 
 def _passed(obs: Observations, tol: Tolerance) -> Grade:
     if obs.static_findings:  # right answers, suspicious means: held for review, never ranked
-        flags = [Flag(check=f"static:{f.rule}", detail=f"line {f.line}: {f.detail}") for f in obs.static_findings]
+        flags = _static_flags(obs)
         rules = sorted({f.rule for f in obs.static_findings})
         return Grade(Verdict.flagged, f"correct, but the static pre-check flagged: {', '.join(rules)}",
                      "\n".join(f"{f.check} {f.detail}" for f in flags), flags=flags)

@@ -14,6 +14,7 @@ from harness.schema import (
     Observations,
     OutputFigures,
     SpeedOfLight,
+    StaticFinding,
     TimedOutputCheck,
     TimingEnvelope,
     TimingStats,
@@ -126,6 +127,23 @@ def test_a_loaded_hosts_round_trip_is_taken_off_the_fingerprints_and_a_lazy_wind
     gamed = lazy.model_copy(update={"fingerprint_latency_ms": [lat + 300.0 for lat in paired.fingerprint_latency_ms]})
     g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=gamed), TOL)
     assert [f.check for f in g.flags] == ["handover_time"] and "(median 120 ms)" in g.log_excerpt
+
+
+def test_a_submission_flagged_for_what_it_did_carries_its_static_findings_too():
+    """profile_hook_spin.py on an H100: its profile hook runs at every Python call, its fingerprints' too, which came
+    9 ms over their bound: flagged handover_time, and the static pre-check's profile_hook was lost with it. Both are
+    shown; a clean result carries the static findings alone, and one with none carries none."""
+    hook = [StaticFinding(rule="profile_hook", line=19, detail="sys.setprofile")]
+    reference = [8.8] * 5
+    slow = _fingerprinted([r + 9.3 for r in reference], reference)
+    g = grade(_passing(candidate_timing=_window_timing(1.5), timed_outputs=slow, static_findings=hook), TOL)
+    assert g.verdict == Verdict.flagged and [f.check for f in g.flags] == ["handover_time", "static:profile_hook"]
+    assert "static:profile_hook line 19: sys.setprofile" in g.log_excerpt
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=slow)) == \
+        (Verdict.flagged, ["handover_time"])
+    clean = _fingerprinted(reference, reference)
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=clean, static_findings=hook)) == \
+        (Verdict.flagged, ["static:profile_hook"])
 
 
 def test_a_fingerprint_off_the_reference_is_flagged_timed_outputs():
