@@ -50,6 +50,22 @@ def _windows(obs) -> dict:
     return out
 
 
+def _summary(rows: list[dict], label: str) -> None:
+    """Median seconds per phase and per trusted step over `rows` (the first, cold, included), and the A/A range."""
+    names = sorted({k for r in rows for k in r["phases"]})
+    print(f"\nmedian seconds per phase over {len(rows)} evaluations{label}:")
+    for k in sorted(names, key=lambda n: -statistics.median(r["phases"].get(n, 0.0) for r in rows)):
+        print(f"  {k:22s} {statistics.median(r['phases'].get(k, 0.0) for r in rows):7.3f}")
+    print(f"  {'wall':22s} {statistics.median(r['wall_s'] for r in rows):7.3f}")
+    steps = sorted({k for r in rows for k in r["trusted_seconds"]})
+    print("median seconds per step of the trusted side's commands (its own clock):")
+    for k in steps:
+        print(f"  {k:22s} {statistics.median(r['trusted_seconds'].get(k, 0.0) for r in rows):7.3f}")
+    eager = [r["speedup_vs_eager"] for r in rows if r["speedup_vs_eager"] is not None]
+    if eager:
+        print(f"speedup vs eager: {min(eager):.4f}-{max(eager):.4f}, median {statistics.median(eager):.4f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pairs", nargs="+", help="PROBLEM=FILE")
@@ -58,25 +74,31 @@ def main() -> int:
     ap.add_argument("--size", default="auto")
     ap.add_argument("--warm", action="store_true", help="one TrustedPool for all, as a worker's slot")
     ap.add_argument("--ahead", action="store_true", help="with --warm: start each next candidate's process ahead")
+    ap.add_argument("--windows", default="",
+                    help="rounds of timed windows, a comma list taken in turn (side by side); default: the settings'")
     ap.add_argument("--json")
     args = ap.parse_args()
+    rounds = [int(w) for w in args.windows.split(",") if w.strip()] or [None]
     settings = get_settings()
     registry = get_registry()
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
     target = runner.probe_device(args.device, settings)
     pool = TrustedPool(settings) if args.warm else None
     rows = []
-    order = [(rep, spec, path) for rep in range(args.repeats) for spec, path in jobs]
-    texts = [path.read_text() + (f"\n# evaluation {i}\n" if args.ahead else "") for i, (_, _, path) in enumerate(order)]
-    options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool)
+    order = [(rep, spec, path, w) for rep in range(args.repeats) for spec, path in jobs for w in rounds]
+    texts = [path.read_text() + (f"\n# evaluation {i}\n" if args.ahead else "")
+             for i, (_, _, path, _) in enumerate(order)]
+    options = [runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool, windows=w)
+               for _, _, _, w in order]
     try:
-        for i, (rep, spec, path) in enumerate(order):
+        for i, (rep, spec, path, w) in enumerate(order):
             if args.ahead and pool is not None and i + 1 < len(order):
-                runner.prestart(order[i + 1][1], texts[i + 1], options, settings)
+                runner.prestart(order[i + 1][1], texts[i + 1], options[i + 1], settings)
             t0 = time.monotonic()
-            result = runner.evaluate(spec, texts[i], options, settings)
+            result = runner.evaluate(spec, texts[i], options[i], settings)
             wall = time.monotonic() - t0
-            row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "wall_s": round(wall, 3),
+            row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "rounds": w,
+                   "wall_s": round(wall, 3),
                    "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
                    "warm": result.observations.trusted_warm, "import_s": result.observations.candidate_import_s,
                    "trusted_seconds": result.observations.trusted_seconds,
@@ -84,21 +106,14 @@ def main() -> int:
                    "phases": result.observations.phases, "windows": _windows(result.observations)}
             rows.append(row)
             top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
-            print(f"{spec.kernelbench_id} {path.name} #{rep}: {wall:.1f} s {row['verdict']} {row['flags']} "
-                  f"eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
+            print(f"{spec.kernelbench_id} {path.name} #{rep} rounds {w or 'default'}: {wall:.1f} s {row['verdict']} "
+                  f"{row['flags']} eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in top) + f" :: {row['windows']}", flush=True)
     finally:
         if pool is not None:
             pool.close()
-    names = sorted({k for r in rows for k in r["phases"]})
-    print("\nmedian seconds per phase over", len(rows), "evaluations:")
-    for k in sorted(names, key=lambda n: -statistics.median(r["phases"].get(n, 0.0) for r in rows)):
-        print(f"  {k:22s} {statistics.median(r['phases'].get(k, 0.0) for r in rows):7.3f}")
-    print(f"  {'wall':22s} {statistics.median(r['wall_s'] for r in rows):7.3f}")
-    steps = sorted({k for r in rows for k in r["trusted_seconds"]})
-    print("median seconds per step of the trusted side's commands (its own clock):")
-    for k in steps:
-        print(f"  {k:22s} {statistics.median(r['trusted_seconds'].get(k, 0.0) for r in rows):7.3f}")
+    for w in rounds:
+        _summary([r for r in rows if r["rounds"] == w], f" with {w} rounds of windows" if w else "")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -171,7 +171,7 @@ class _Session:
         if not isinstance(model_cls, type):
             self.chan.send("invalid", nonce=cmd.nonce, message="the module defines no class ModelNew after import")
             return None
-        init = torch.load(self.req.exchange_dir / INIT_FILE, weights_only=True)
+        init = torch.load(self.req.exchange_dir / INIT_FILE, weights_only=True, mmap=True)  # read as it is copied
         try:
             inspect.signature(model_cls).bind(*init["init_args"])
         except TypeError as e:
@@ -256,7 +256,10 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         module = import_submission(req.submission_path)
         session = _Session(req, chan, module, flags)
         session.check_flags("import")
-        chan.send("imported", nonce=start.nonce, seconds=time.perf_counter() - t0, flag_changes=session.flag_changes)
+        seconds = time.perf_counter() - t0
+        if session.device.type == "cuda":  # the context now, while the trusted side writes the parameters: the
+            torch.zeros(1, device=session.device)  # constructor would otherwise wait for it
+        chan.send("imported", nonce=start.nonce, seconds=seconds, flag_changes=session.flag_changes)
         for line in sys.stdin:
             if not line.strip().startswith("{"):
                 return  # "exit", or the parent stopped this evaluation

@@ -488,8 +488,10 @@ class Trusted:
                     for x, y in zip(la, lb, strict=True))
         worst = 0.0
         for x, y in zip(la, lb, strict=True):
-            if x.numel():
-                xd, yd = x.double(), y.double()
+            fx, fy = x.reshape(-1), y.reshape(-1)
+            for start in range(0, fx.numel(), COMPARE_SLICE):  # on the device, a slice at a time (compare_figures)
+                xd = fx[start:start + COMPARE_SLICE].to(self.device).to(torch.float64)
+                yd = fy[start:start + COMPARE_SLICE].to(self.device).to(torch.float64)
                 worst = max(worst, float(((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max()))
         return {"bitwise_equal": equal, "max_rel_diff": worst}
 
