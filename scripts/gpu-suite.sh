@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The project's gpu tests in one command on a GPU host, in two stages, each with a one-line summary.
 #   scripts/gpu-suite.sh [part ...]      parts: corpus sandbox service solutions (default: all)
-#   GPU_SUITE_STAGES="verdicts"          only the stages named (default: "verdicts alone")
-# Stage "verdicts": the gpu tests of the parts chosen that judge verdicts, not speed, together in parallel
-# processes (pytest-xdist, GPU_SUITE_WORKERS, default 8). It starts while every load_inline source the tests
-# evaluate is built, one per core (scripts/build_cuda_sources.py): a test that needs a build waits for its lock.
-# Stage "alone": the tests marked `alone` (the corpus's honest twins, the reference solutions, the full-size A/A
-# copies: a speed or an unflagged pass), one evaluation at a time, since evaluations side by side disturb each
-# other's timed windows. Carried wheels in .whl/ are installed first (scripts/device-env.sh). Logs:
-# $OUT/<stage>.log (with the slowest tests), and each corpus entry's verdict line in $OUT/corpus-verdicts.log.
+#   GPU_SUITE_STAGES="alone"             only the stages named (default: "alone verdicts")
+# Every load_inline source the tests evaluate is built first, one per core and at the lowest CPU priority
+# (scripts/build_cuda_sources.py); a test that needs a build waits for its lock.
+# Stage "alone", beside the builds: the tests marked `alone` (the corpus's honest twins, the reference solutions,
+# the full-size A/A copies: a speed or an unflagged pass), one evaluation at a time, since evaluations side by side
+# disturb each other's timed windows (the builds run at nice 19: an evaluation's processes take the CPU first).
+# Stage "verdicts", once the builds are done: the gpu tests of the parts chosen that judge verdicts, not speed,
+# together in parallel processes (pytest-xdist, GPU_SUITE_WORKERS, default 8). Carried wheels in .whl/ are installed
+# first (scripts/device-env.sh). Logs: $OUT/<stage>.log (with the slowest tests), and each corpus entry's verdict
+# line in $OUT/corpus-verdicts.log.
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh"
 export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
@@ -16,7 +18,7 @@ export HARNESS_DATA_DIR=${HARNESS_DATA_DIR:-/tmp/kh-data}
 export HARNESS_TEST_DATA_DIR=${HARNESS_TEST_DATA_DIR:-$HARNESS_DATA_DIR/tests}
 export HARNESS_CORPUS_LOG="$OUT/corpus-verdicts.log"
 workers=${GPU_SUITE_WORKERS:-8}
-stages=" ${GPU_SUITE_STAGES:-verdicts alone} "
+stages=" ${GPU_SUITE_STAGES:-alone verdicts} "
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(corpus sandbox service solutions)
 
@@ -37,7 +39,7 @@ stage() {  # stage NAME PARALLEL MARKERS PYTEST-ARGS...
 }
 
 t0=$SECONDS
-python3 scripts/build_cuda_sources.py > "$OUT/builds.log" 2>&1 &
+nice -n 19 python3 scripts/build_cuda_sources.py > "$OUT/builds.log" 2>&1 &
 builds=$!
 files=()
 for p in "${parts[@]}"; do
@@ -50,9 +52,9 @@ for p in "${parts[@]}"; do
   esac
 done
 status=0
-if [[ $stages == *" verdicts "* ]]; then stage verdicts yes "gpu and not alone" "${files[@]}" || status=1; fi
+if [[ $stages == *" alone "* ]]; then stage alone no "gpu and alone" "${files[@]}" || status=1; fi
 wait $builds
 printf 'stage %-9s rc %d in %4d s: %s\n' builds $? $((SECONDS - t0)) "$(head -1 "$OUT/builds.log")"
-if [[ $stages == *" alone "* ]]; then stage alone no "gpu and alone" "${files[@]}" || status=1; fi
+if [[ $stages == *" verdicts "* ]]; then stage verdicts yes "gpu and not alone" "${files[@]}" || status=1; fi
 [ -f "$HARNESS_CORPUS_LOG" ] && sort "$HARNESS_CORPUS_LOG" > "$OUT/corpus-verdicts.sorted.log"
 exit $status

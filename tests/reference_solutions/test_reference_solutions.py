@@ -79,6 +79,7 @@ def test_solution_passes_the_harness_at_full_size(spec, settings, warm_reference
     print(f"\n[gpu] {spec.kernelbench_id} {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message + "\n" + r.log_excerpt
     assert not r.flags, r.flags
+    assert r.observations.kernels is not None and r.observations.kernels.custom, r.observations.kernels  # its own
 
 
 @pytest.mark.gpu

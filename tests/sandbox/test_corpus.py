@@ -18,7 +18,10 @@ from harness.verdicts import Verdict
 from .corpus import CORPUS, ROOT, Exploit
 
 CPU = [e for e in CORPUS if not e.gpu]
-TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CORPUS})
+# On the GPU, a twin that is a reference solution is the evaluation tests/reference_solutions makes of it (passed,
+# unflagged, its own kernels traced): it is not made twice.
+TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CORPUS
+                if not e.twin.startswith("reference_solutions/")})
 CPU_TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CPU})
 # An entry whose verdict is an unflagged pass is judged on its timing too (the hand-over's time, the spread): like
 # the honest twins, it runs in the GPU suite's stage of evaluations one at a time, not beside seven others.
@@ -96,8 +99,6 @@ def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir, wa
     r = _evaluate(settings, problem, path, "cuda", problems_dir or None, warm_reference)
     _show(f"TWIN {path}", r)
     _twin_passes(r, path)
-    if path.startswith("reference_solutions/"):
-        assert r.observations.kernels.custom, r.observations.kernels
 
 
 def test_docs_show_the_corpus_as_it_is_in_code():
