@@ -38,8 +38,9 @@ def test_patching_the_timers_is_flagged_by_the_static_precheck(settings):
     assert r.verdict == Verdict.flagged, r.message
     assert {f.check for f in r.flags} == {"static:monkey_patch"}
     assert "torch.cuda.Event.elapsed_time" in r.log_excerpt and "time.perf_counter_ns" in r.log_excerpt
-    # The harness's own timer was captured before the import: the timing is still real.
-    assert r.observations.candidate_timing.median_ms > 0.001
+    # The parent's clock is out of the patch's reach: the windows took real time (net of the empty window, a call
+    # this small can come to about 0 on a loaded host; the raw time per call cannot).
+    assert r.observations.candidate_timing.raw_median_ms > 0.01
 
 
 def test_walking_the_callers_frames_is_flagged_and_finds_nothing(settings):

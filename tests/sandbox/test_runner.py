@@ -35,7 +35,9 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert o.candidate_timing.n == 3 and len(o.candidate_timing.windows_ms) == 3  # the test settings' windows
     assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
     assert o.eager_timing.calls_per_window == o.candidate_timing.calls_per_window
-    assert r.speedup_vs_eager == pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
+    # Net of the empty window, a call this small can come to 0 on a loaded 2-core host: then no speedup is claimed.
+    assert r.speedup_vs_eager == (pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
+                                  if o.candidate_timing.median_ms > 0 else None)
     check = o.timed_outputs  # every output of every window fingerprinted; of a few, two handed over whole
     calls, picks = o.candidate_timing.calls_per_window, min(2, o.candidate_timing.calls_per_window)
     assert len(check.fingerprint_ms) == len(check.reference_fingerprint_ms) == len(check.fingerprint_latency_ms) == \
@@ -224,7 +226,7 @@ def test_an_honest_kernel_far_slower_than_the_reference_passes_with_windows_size
     assert r.verdict == Verdict.passed, r.message
     t = r.observations.candidate_timing
     assert t is not None and t.calls_per_window is not None and t.calls_per_window <= 2
-    assert t.median_ms > 200 and r.speedup_vs_eager is not None and r.speedup_vs_eager < 0.05
+    assert t.median_ms > 200 and r.speedup_vs_eager is not None and r.speedup_vs_eager < 0.1  # about 1/250
     assert r.observations.windows_sized_down is None  # slow when timed too: its windows are as long as aimed at
 
 
