@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
                       help="import the submission (running its load_inline builds) and stop")
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
+    problem_module.save_without_checksums()
     if args.compile_only is not None:
         compile_only(args.compile_only, chan)
     else:

@@ -622,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channel-fd", type=int, required=True)
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
+    problem_module.save_without_checksums()
     trusted = Trusted()
     trusted.notify = chan.send
     handlers = {
