@@ -26,9 +26,11 @@ HELD_BYTES = {"cuda": 4 << 30, "cpu": 1 << 30}
 PICKS_PER_WINDOW = 2
 # Every timed window's outputs are fingerprinted (timing.fingerprints: what binds them to the window); the picked
 # calls of a few windows are also handed over whole and judged element by element: about CHECKED_WINDOWS windows
-# an evaluation, drawn at random with the same chance each, at least one, and no more bytes than HANDOVER_BYTES.
+# an evaluation, drawn at random with the same chance each, at least one, and no more bytes than HANDOVER_BYTES
+# (on an H100 host level2/75's hand-over of 2 x 32 MB took about 0.22 s: the candidate's save 90 ms, the trusted
+# side's read and judge 130 ms; about 3.4 s a GB, so three hand-overs of level2/37's 2 x 512 MB would be 10 s).
 CHECKED_WINDOWS = 3
-HANDOVER_BYTES = 4 << 30
+HANDOVER_BYTES = 1 << 30
 # A fingerprint off the reference's by more than this many scales (an error of the whole tolerance at every
 # element, timing.fingerprint_scales) is a wrong output: an output within its tolerance is that far off with the
 # chance of a standard normal beyond 6, 2e-9.

@@ -47,9 +47,10 @@ def test_spread_is_the_interquartile_range_over_the_median():
 
 def test_about_three_windows_are_handed_over_whole_and_fewer_where_their_bytes_do_not_fit():
     """Every window's outputs are fingerprinted; the picked calls of about CHECKED_WINDOWS windows are also handed
-    over whole (level2/75's 2 x 32 MB a window: 3 of 15 on average; level2/37's 2 x 537 MB: as many; 2 x 3 GB: one)."""
+    over whole (level2/75's 2 x 32 MB a window: 3 of 15 on average; level2/37's 2 x 537 MB and 2 x 3 GB: one)."""
     assert windows.check_chance(15, 32 << 20) * 15 == pytest.approx(windows.CHECKED_WINDOWS)
-    assert windows.check_chance(15, 537 << 20) * 15 == pytest.approx(windows.CHECKED_WINDOWS)
+    assert windows.check_chance(15, 256 << 20) * 15 == pytest.approx(2)  # two hand-overs of 2 x 256 MB fit 1 GiB
+    assert windows.check_chance(15, 537 << 20) * 15 == pytest.approx(1)  # level2/37's 512 MB outputs: one
     assert windows.check_chance(15, 3 << 30) * 15 == pytest.approx(1)
     assert windows.check_chance(2, 8 << 30) == 0.5  # at least one: the last window if no other was drawn
     assert windows.check_chance(2, 1 << 20) == 1.0  # fewer windows than CHECKED_WINDOWS: all of them
