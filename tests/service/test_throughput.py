@@ -88,6 +88,10 @@ def test_bench_throughput_on_cpu_evaluates_every_variant_in_each_mode(svc_settin
     assert pipelined.mode == "pipelined" and pipelined.compile_workers >= 1
     assert warm.mode == "warm" and rep.bar.warm_evals_per_hour == pytest.approx(warm.evals_per_hour)
     assert "bar: warm evaluations per hour" in p.stdout
+    # One problem on the CPU: each mode's slot starts its trusted process once and keeps it for the three after.
+    assert len(pipelined.trusted_warm_s) == len(warm.trusted_warm_s) == 3
+    assert warm.trusted_warm_per_hour() == pytest.approx(3600 / sorted(warm.trusted_warm_s)[1])
+    assert "warm: 3 evaluations with the trusted process warm, median" in p.stdout
     for m, count in zip(rep.modes, (2, 4, 4), strict=True):
         assert m.submissions == count and m.verdicts == {"passed": count}, m.verdicts
         assert m.wall_s > 0 and m.evals_per_hour == pytest.approx(count * 3600 / m.wall_s)
