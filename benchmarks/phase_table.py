@@ -36,10 +36,13 @@ from harness.sandbox.warm import TrustedPool  # noqa: E402
 def _windows(obs) -> dict:
     """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
     candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on the
-    parent's clock and its own), and the hand-overs'."""
+    parent's clock and its own), the hand-overs', and the waits for an idle GPU before the reference windows."""
     out = {kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
            for kind, t in (("candidate", obs.candidate_timing), ("eager", obs.eager_timing),
                            ("compile", obs.compile_timing)) if t is not None and t.windows_ms}
+    if obs.gpu_idle_waits_ms:
+        out["gpu_idle_wait_max_ms"] = max(obs.gpu_idle_waits_ms)
+        out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in obs.gpu_idle_waits_ms)
     if obs.timed_outputs is not None:
         check = obs.timed_outputs
         out["handovers"] = len(check.handover_ms)

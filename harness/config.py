@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",
     )
+    gpu_idle_wait_s: float = Field(
+        default=10.0, ge=0,
+        description="Before each reference window on CUDA the trusted side waits, up to this long, until a probe "
+                    "kernel says no other process's work is queued on the GPU (what a candidate left running would "
+                    "slow the reference); 0 turns the wait off, for evaluations that share a GPU on purpose.",
+    )
     prestart_candidates: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="A worker's slot starts the next job's candidate process (torch imported, no submission code) "

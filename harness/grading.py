@@ -48,6 +48,9 @@ HANDOVER_SAVE_SHARE = 0.5
 # most this many times the slack: a submission that loads the host right after its reply delays the trusted side's
 # wake-up too, and gains no more than this.
 HANDOVER_LATENCY_CREDIT = 3.0
+# The longest the trusted side may wait for the GPU to run nothing of another process's before a reference window
+# (obs.gpu_idle_waits_ms): a probe behind a busy host's scheduler may take a few; queued work takes its own time.
+LEFTOVER_GPU_MS = 20.0
 # Timed windows whose times per call spread wider than this (interquartile range over median) are too noisy to
 # rank: the result stands, marked timing_unreliable.
 SPREAD_LIMIT = 0.10
@@ -204,7 +207,7 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
         g = _grade_trial(label, trial.structure_error, trial.outputs, tol, trial.file_error)
         if g is not None:
             return _with_parameter_hint(g, obs)
-    g = _timed_outputs(obs, tol)
+    g = _timed_outputs(obs, tol) or _leftover_gpu_work(obs)
     if g is not None:
         return g
     if obs.outputs_changed:
@@ -271,6 +274,19 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
                       "credited per call: the outputs were computed when asked for, not in the window")
             return _flagged("handover_time", "the timed window did not compute what it handed over", detail)
     return None
+
+
+def _leftover_gpu_work(obs: Observations) -> Grade | None:
+    """GPU work of the candidate's still queued after its turn (its processes stopped), which the trusted side had
+    to wait out before a reference window: an honest reply comes after the device is synchronised."""
+    waits = obs.gpu_idle_waits_ms
+    if not obs.gpu_busy_windows and (not waits or max(waits) <= LEFTOVER_GPU_MS):
+        return None
+    detail = (f"before {sum(w > LEFTOVER_GPU_MS for w in waits)} of {len(waits)} reference windows the GPU was still "
+              f"running another process's work after the candidate's reply (longest wait {max(waits):.4g} ms, "
+              f"allowed {LEFTOVER_GPU_MS:g} ms; busy still at the wait's limit: {obs.gpu_busy_windows}): it would "
+              "have run beside the reference's windows")
+    return _flagged("leftover_gpu_work", "the candidate left GPU work running after its reply", detail)
 
 
 def _fingerprint_time(timed: TimedOutputCheck) -> Grade | None:

@@ -254,6 +254,11 @@ class Observations(BaseModel):
     # windows then ran far short of their target: a figure from such short windows is not ranked.
     windows_sized_down: str | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
+    # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another
+    # process's (ms; the candidate's processes stopped since its reply), and how many windows found it busy still
+    # at the wait's limit: GPU work the candidate left running after its reply.
+    gpu_idle_waits_ms: list[float] = Field(default_factory=list)
+    gpu_busy_windows: int = 0
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

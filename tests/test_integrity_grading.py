@@ -146,6 +146,22 @@ def test_a_submission_flagged_for_what_it_did_carries_its_static_findings_too():
         (Verdict.flagged, ["static:profile_hook"])
 
 
+def test_gpu_work_left_running_after_the_reply_is_flagged_and_a_probe_late_on_a_busy_host_is_not():
+    """On an H100 a tiny kernel and its sync take 0.06 ms on an idle GPU and 1.3-1.5 ms behind another process's
+    queued kernels; 20 matmuls ran 2.2-2.5x slower beside them. leftover_gpu_work.py queues 40 ms of kernels after
+    each of its replies: the trusted side waited about that long before the reference windows that followed. A
+    probe that a busy host's scheduler delayed waits a millisecond or two, and passes."""
+    honest = _passing(candidate_timing=_window_timing(1.0), gpu_idle_waits_ms=[0.0] * 30 + [1.2, 0.6])
+    assert _checks(honest)[0] == Verdict.passed
+    left = honest.model_copy(update={"gpu_idle_waits_ms": [0.0] * 20 + [38.5, 39.1, 0.0, 40.2]})
+    g = grade(left, TOL)
+    assert [f.check for f in g.flags] == ["leftover_gpu_work"] and g.verdict == Verdict.flagged
+    assert "before 3 of 24 reference windows" in g.log_excerpt and "longest wait 40.2 ms" in g.log_excerpt
+    stuck = honest.model_copy(update={"gpu_idle_waits_ms": [10000.0], "gpu_busy_windows": 1})
+    assert _checks(stuck) == (Verdict.flagged, ["leftover_gpu_work"])
+    assert _checks(_passing(candidate_timing=_window_timing(1.0)))[0] == Verdict.passed  # CPU, or no wait: no figures
+
+
 def test_a_fingerprint_off_the_reference_is_flagged_timed_outputs():
     forged = _fingerprinted([0.2] * 5, [4.0] * 5, tuple(
         f"timed call {c} output 0: fingerprint 0.0 where the reference's is 12.5 (within 0.0031 for an output "

@@ -100,6 +100,14 @@ def create(settings: Settings, version: str) -> list[Path]:
     return made
 
 
+def procs(cg: Path) -> list[int]:
+    """The processes in `cg` now (none where it cannot be read)."""
+    try:
+        return [int(x) for x in (cg / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def empty(cg: Path) -> None:
     for _ in range(50):
         try:

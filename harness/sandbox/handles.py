@@ -152,6 +152,7 @@ class Candidate:
         The reply's `received_at` less `sent_at` is the command's time."""
         self.exit.phase, self.exit.deadline_s = phase, limit_s
         text = command.model_dump_json()  # before the clock starts: a window's time is the child's, not pydantic's
+        self.proc.resume()  # paused since its last turn: continued before the clock starts
         self.sent_at = time.monotonic()
         try:
             self.proc.send(text)
@@ -176,6 +177,10 @@ class Candidate:
                 self._violation(f"a malformed {want!r}: {str(e).splitlines()[0]}; "
                                 f"{'; '.join(str(x['loc']) + ' ' + x['msg'] for x in e.errors()[:3])}")
         return msg
+
+    def pause(self) -> None:
+        """Its turn is over: its processes stay stopped until the harness's next command (ChildProcess.pause)."""
+        self.proc.pause()
 
     def stop(self) -> None:
         """The harness ends the conversation (done, or the candidate failed a gate): the process should exit."""

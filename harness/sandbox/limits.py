@@ -49,7 +49,7 @@ def _uid_lock_dir() -> Path:
     return d
 
 
-def _pids_of_uid(uid: int) -> list[int]:
+def pids_of_uid(uid: int) -> list[int]:
     """The live processes of `uid`. Zombies are left out: they are dead already, and one whose parent was
     killed too waits for init to reap it, which a busy host may do late."""
     pids = []
@@ -74,13 +74,13 @@ def kill_uid(uid: int) -> None:
     up to 10 s (a fork bomb on a loaded host)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if not _pids_of_uid(uid):
+        if not pids_of_uid(uid):
             return
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([_KILL, "-9", "-1"], user=uid, group=uid, extra_groups=[], env={}, timeout=10,
                            check=False, capture_output=True)
         time.sleep(0.05)
-    log.error("processes of sandbox uid %d survive SIGKILL: %s", uid, _pids_of_uid(uid))
+    log.error("processes of sandbox uid %d survive SIGKILL: %s", uid, pids_of_uid(uid))
 
 
 def _chown_tree(path: Path, uid: int, gid: int, modes: tuple[int, int] | None = None) -> None:
@@ -163,6 +163,13 @@ class Jail:
     @property
     def disk_limit_bytes(self) -> int | None:
         return self.settings.child_disk_mb * 2**20 if self.settings.child_disk_mb else None
+
+    def processes(self) -> list[int]:
+        """Every process the child runs now, one that left its process group too: its cgroups' (one file each),
+        else its sandbox uid's (a look at every process's status); none without either."""
+        if self.cgroups:
+            return sorted({pid for cg in self.cgroups for pid in cgroups.procs(cg)})
+        return pids_of_uid(self.uid) if self.uid is not None else []
 
     def setup(self) -> None:
         p = capabilities.platform()

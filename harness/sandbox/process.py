@@ -118,9 +118,37 @@ class ChildProcess:
         self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
         self._reader.start()
         self.killed_by_parent = False
+        self.paused = False
+        self._stopped: list[int] = []
         self._watch_stop = threading.Event()
         if jail is not None and self.disk_limit and jail.writable:
             threading.Thread(target=self._watch_disk, args=(jail.writable,), daemon=True, name="disk-watch").start()
+
+    def pause(self) -> None:
+        """Stop the child's process group, and every process of its jail (one that left the group too), until
+        `resume` (SIGSTOP cannot be caught): between a candidate's turns in the timed rounds nothing of its runs
+        beside the trusted side's windows, to launch work there or take the CPU."""
+        if self.paused or self.proc.poll() is not None:
+            return
+        self.paused = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        self._stopped = self.jail.processes() if self.jail is not None else []
+        for pid in self._stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo `pause` (a no-op when not paused). Every command to the child resumes it first."""
+        if not self.paused:
+            return
+        self.paused = False
+        for pid in self._stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        self._stopped = []
 
     def allow_disk(self, extra_bytes: int) -> None:
         """Raise the child's share of disk by what the harness itself asks it to write and keep (a problem's trial
@@ -162,6 +190,7 @@ class ChildProcess:
 
     def send(self, command: dict[str, Any] | str) -> None:
         assert self.proc.stdin is not None
+        self.resume()
         text = command if isinstance(command, str) else json.dumps(command, default=str)
         try:
             self.proc.stdin.write(text.encode() + b"\n")
@@ -217,6 +246,7 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGTERM the whole process group, wait the grace period, then SIGKILL it."""
+        self.resume()  # a stopped process would hold SIGTERM until continued
         if self.proc.poll() is None:
             self.killed_by_parent = True
         for sig, wait_s in ((signal.SIGTERM, self.kill_grace_s), (signal.SIGKILL, 10.0)):

@@ -479,7 +479,9 @@ class _Evaluation:
                         # was).
                         if draw.random() < chance or (r == rounds - 1 and not check.expected):
                             self._handover(r, seeds, forward, check)
+                    self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's
                 else:
+                    self._wait_idle(device)
                     timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0)
                     if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
@@ -526,7 +528,9 @@ class _Evaluation:
         assert self.trusted is not None
         reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
         check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late).
+        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late),
+        # with the candidate stopped: nothing it starts after its reply delays the trusted side's wake-up.
+        self.candidate.pause()
         latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
         check.fingerprint_latency_ms.append(round(latency_ms, 4))
         return list(reply.fields["sums"])
@@ -542,6 +546,17 @@ class _Evaluation:
         check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
         check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
         return list(done["sums"]), list(done["scales"])
+
+    def _wait_idle(self, device: str) -> None:
+        """On CUDA, before a reference window: the trusted side waits out GPU work of another process's (what the
+        candidate, stopped since its turn, left running), off the window's clock; how long is observed."""
+        assert self.trusted is not None
+        limit_s = self.settings.gpu_idle_wait_s
+        if device != "cuda" or not limit_s:
+            return
+        idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
+        self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
+        self.obs.gpu_busy_windows += bool(idle["busy"])
 
     def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False
                           ) -> tuple[float, dict[str, Any]] | None:

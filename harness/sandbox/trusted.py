@@ -143,6 +143,8 @@ class _Clock:
         self._t = now
 
 
+# A probe kernel (and its sync) slower than this ran behind another process's work: the GPU is not idle.
+IDLE_PROBE_S = 0.5e-3
 # Expected outputs and float64 ground truths kept in the device's memory from the prepare to the judge, at most.
 KEEP_BYTES = 8 << 30
 
@@ -515,6 +517,25 @@ class Trusted:
         del kept
         return seen
 
+    def wait_idle(self, limit_s: float) -> dict[str, Any]:
+        """Wait until no other process's work is queued on this GPU, up to `limit_s`: a tiny kernel and a sync take
+        0.06 ms on an idle H100 and 1.3-1.5 ms while another process's kernels wait their turn (the GPU slices
+        its time between processes). What a candidate left running after its reply is waited out here, off every
+        window's clock, and said: how long (ms), and whether the GPU was still busy at the limit."""
+        if self.device.type != "cuda":
+            return {"waited_ms": 0.0, "busy": False}
+        probe = torch.zeros(1, device=self.device)
+        t0 = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            probe.add_(1)
+            torch.cuda.synchronize(self.device)
+            if time.perf_counter() - t < IDLE_PROBE_S:
+                return {"waited_ms": round((t - t0) * 1e3, 4), "busy": False}
+            if t - t0 > limit_s:
+                return {"waited_ms": round((t - t0) * 1e3, 4), "busy": True}
+            time.sleep(IDLE_PROBE_S)
+
     def fingerprint(self, cmd: FingerprintCommand) -> dict[str, Any]:
         """The last window's outputs fingerprinted as the candidate's are (the fingerprint step on this process's
         own clock is what an honest fingerprint costs), and each one's scale of an error within the tolerance;
@@ -643,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
                 chan.send("pong")
             elif name == "probe":
                 chan.send("probed", **probe(raw.get("device", "auto")))
+            elif name == "wait_idle":
+                chan.send("idle", **trusted.wait_idle(float(raw.get("limit_s", 10.0))))
             elif name == "peaks":
                 chan.send("peaks", **trusted.peaks())
             elif name == "release":

@@ -167,6 +167,10 @@ def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings:
     The rows come back in the order of `specs`."""
     threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
     lock = threading.Lock()
+    if options.jobs > 1 and options.device != "cpu":
+        # Evaluations side by side on one GPU: each one's work is the other process's work that a reference
+        # window would wait for (Settings.gpu_idle_wait_s), so none waits.
+        settings = settings.model_copy(update={"gpu_idle_wait_s": 0.0})
 
     def one(spec: ProblemSpec) -> SelfcheckRow:
         row = check_problem(spec, options, settings, threads)

@@ -23,6 +23,7 @@ class Exploit:
     problem: str = "level2/30"
     message_has: str | None = None  # a phrase the verdict's message must contain
     problems_dir: str | None = None  # where `problem` lives when it is not a built-in (relative to the root)
+    alone: bool = False  # its check needs the GPU to itself (the GPU suite's one-at-a-time stage)
 
 
 A = "tests/fixtures/adversarial/"
@@ -114,6 +115,9 @@ CORPUS: tuple[Exploit, ...] = (
             "an extra trial on randn*2+0.5 inputs", HONEST, message_has="randn*2+0.5 inputs"),
     Exploit("pure PyTorch wrapper", S + "l30_pytorch_correct.py", "passed", "no_custom_kernel",
             "the profiler trace of one forward: only library kernels ran", SOLUTION, gpu=True),
+    Exploit("GPU work left running after the reply", A + "leftover_gpu_work.py", "flagged", "leftover_gpu_work",
+            "the candidate's processes are stopped once its turn is over, and the trusted side waits for an idle GPU "
+            "before each reference window, off its clock; static pre-check", HONEST, gpu=True, alone=True),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the profiler trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,

@@ -73,7 +73,7 @@ def _leftovers(settings: Settings) -> list[int]:
         except BlockingIOError:
             continue
         else:
-            pids += limits._pids_of_uid(uid)
+            pids += limits.pids_of_uid(uid)
         finally:
             os.close(fd)
     return pids
@@ -84,7 +84,7 @@ def test_listing_a_uids_processes_survives_a_process_that_ends_meanwhile(monkeyp
     not an error: cleanup and the leftover check both rest on this listing."""
     real = os.listdir
     monkeypatch.setattr(limits.os, "listdir", lambda path: ["4194999999", "self", *real(path)])
-    assert os.getpid() in limits._pids_of_uid(os.getuid())
+    assert os.getpid() in limits.pids_of_uid(os.getuid())
 
 
 def test_a_file_written_into_a_readable_tree_while_it_is_handed_over_stays_readable(tmp_path, monkeypatch):
@@ -256,15 +256,51 @@ def test_the_launcher_ends_as_its_child_ended_and_leaves_nothing_running(jail_se
         assert launch("sleep 60", kill=lambda pid: os.killpg(pid, signal.SIGTERM)) == -signal.SIGTERM
         assert j.uid is not None
         assert launch("setsid sleep 300 & sleep 0.2; exit 0") == 0
-        assert not limits._pids_of_uid(j.uid)  # the setsid sleeper ended with the child
+        assert not limits.pids_of_uid(j.uid)  # the setsid sleeper ended with the child
         # The launcher alone SIGKILLed (as by a worker's death): the namespace ends with it.
         assert launch("setsid sleep 300 & sleep 60", kill=lambda pid: os.kill(pid, signal.SIGKILL)) == -signal.SIGKILL
         deadline = time.monotonic() + 5
-        while limits._pids_of_uid(j.uid) and time.monotonic() < deadline:
+        while limits.pids_of_uid(j.uid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not limits._pids_of_uid(j.uid)
+        assert not limits.pids_of_uid(j.uid)
     finally:
         j.cleanup()
+
+
+def test_a_paused_candidate_stops_whole_a_process_that_left_its_group_included(jail_settings, tmp_path):
+    """Between its turns in the timed rounds a candidate's processes are stopped: its group, and what its jail
+    holds beside (a setsid child, which the group's SIGSTOP misses), so none of its work runs beside the trusted
+    side's windows."""
+    _need("user")
+    from harness.sandbox.process import ChildProcess, scrubbed_env
+
+    ticks = tmp_path / "ticks"
+    root = str(Path(__file__).resolve().parents[2])
+    proc = ChildProcess("tests.sandbox.ticker", [], cwd=Path(root), env=scrubbed_env(
+        {"TICK_FILE": str(ticks), "TICK_ESCAPE": "1"}, tmp_path), log_path=tmp_path / "child.log", kill_grace_s=1.0,
+        jail=limits.jail(jail_settings, untrusted=True, writable=[tmp_path]))
+
+    def lines() -> list[str]:
+        return ticks.read_text().split() if ticks.exists() else []
+
+    try:
+        deadline = time.monotonic() + 30
+        while {"main", "thread", "escapee"} - set(lines()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {"main", "thread", "escapee"} <= set(lines()), (lines()[-5:], proc.log_tail())
+        proc.pause()
+        time.sleep(0.1)
+        stopped = len(lines())
+        time.sleep(0.5)
+        assert len(lines()) == stopped
+        proc.resume()
+        time.sleep(0.5)
+        assert {"main", "thread", "escapee"} <= set(lines()[stopped:])
+    finally:
+        proc.reap()  # continued first, then ended with all it left
+    ended = len(lines())
+    time.sleep(0.3)
+    assert len(lines()) == ended
 
 
 def test_cleanup_sweeps_what_a_sandbox_uid_left_in_shared_dirs_and_sysv_ipc(jail_settings, tmp_path):

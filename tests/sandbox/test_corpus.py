@@ -24,8 +24,9 @@ TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CORPUS
                 if not e.twin.startswith("reference_solutions/")})
 CPU_TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CPU})
 # An entry whose verdict is an unflagged pass is judged on its timing too (the hand-over's time, the spread): like
-# the honest twins, it runs in the GPU suite's stage of evaluations one at a time, not beside seven others.
-GPU_ENTRIES = [pytest.param(e, id=e.name, marks=[pytest.mark.alone] if e.verdict == "passed" else [])
+# the honest twins, it runs in the GPU suite's stage of evaluations one at a time, not beside seven others; so does
+# one whose check needs the GPU to itself.
+GPU_ENTRIES = [pytest.param(e, id=e.name, marks=[pytest.mark.alone] if e.verdict == "passed" or e.alone else [])
                for e in CORPUS]
 
 
