@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -43,3 +44,14 @@ def test_a_paused_child_runs_nothing_in_any_thread_until_resumed_or_killed(tmp_p
         proc.kill()  # continued first: a stopped process would hold SIGTERM
         proc.reap()
     assert proc.proc.returncode is not None and time.monotonic() - t0 < 2.0  # SIGTERM, not the grace's SIGKILL
+
+
+def test_a_jail_without_cgroups_finds_its_processes_by_uid(tmp_path):
+    """Without cgroups a pause finds the jail's processes by their uid (a process that left the group has it
+    still): here this test's own, by the owner of its /proc entry."""
+    from harness.config import Settings
+    from harness.sandbox.limits import Jail
+
+    jail = Jail(Settings(data_dir=tmp_path), untrusted=True, uid=os.getuid())
+    assert os.getpid() in jail.processes()
+    assert Jail(Settings(data_dir=tmp_path), untrusted=True).processes() == []  # no uid, no cgroup: its group only
