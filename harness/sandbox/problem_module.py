@@ -17,7 +17,7 @@ from harness.sandbox.protocol import ProblemLoad
 
 def save_without_checksums() -> None:
     """torch.save skips the CRC-32 of each record in the files the children exchange (inputs, parameters,
-    outputs): on an H100 host it was most of a save's time (256 MB: 0.53 s with it, 0.21 s without), torch.load
+    outputs): it was most of a save's time (256 MB on a 2-core VM: 0.53 s with it, 0.21 s without), torch.load
     never reads it, and the files live minutes on one machine."""
     torch.serialization.set_crc32_options(False)
 
