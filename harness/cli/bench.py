@@ -96,8 +96,8 @@ def throughput_command(
                                  "submissions only (default: all N): N serial CUDA builds can outlast the time at "
                                  "hand, and serial evaluations per hour are a rate."),
     modes: str = typer.Option(",".join(throughput.MODES), "--modes", help="The modes to run, in this order: "
-                              "serial, pipelined, warm (warm needs pipelined). Each mode's figures are printed, and "
-                              "written to --json, as soon as it ends."),
+                              "serial, pipelined, warm (without pipelined, warm builds first, untimed). Each mode's "
+                              "figures are printed, and written to --json, as soon as it ends."),
     solutions_dir: Path = typer.Option(None, "--solutions-dir", exists=True, file_okay=False,
                                        help="Reference solutions to vary (default: reference_solutions/)."),
     work_dir: Path = typer.Option(None, "--work-dir", file_okay=False, help="Keep each mode's data dir (builds, "

@@ -132,9 +132,25 @@ def test_bench_runs_the_modes_asked_for_and_writes_each_as_it_ends(svc_settings,
     assert [m.mode for m in rep.modes] == ["pipelined", "warm"] and rep.bar is None and rep.serial_n is None
     assert all(m.verdicts == {"passed": 2} for m in rep.modes)
     assert "bar: warm evaluations per hour" in p.stdout and "need both the serial and the pipelined" in p.stdout
-    bad = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--modes", "warm"),
+    bad = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--modes", "warm,fast"),
                          env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "ask for pipelined too" in bad.stderr
+    assert bad.returncode == 2 and "the modes are serial, pipelined, warm" in bad.stderr
+
+
+def test_the_warm_mode_alone_builds_first_untimed_and_evaluates_with_the_trusted_process_warm(svc_settings, tmp_path):
+    """The warm target in one run that fits a 10-minute limit: `--modes warm` builds its submissions first (the
+    pipelined mode's pool would have), then evaluates them problem by problem; all but the first with the trusted
+    process warm. Its evaluations built nothing, so its import phase holds no build."""
+    out, work = tmp_path / "report.json", tmp_path / "bench"
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--device", "cpu", "--modes", "warm",
+                                   "--work-dir", str(work), "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    (warm,) = throughput.ThroughputReport.model_validate_json(out.read_text()).modes
+    assert warm.mode == "warm" and warm.verdicts == {"passed": 3} and len(warm.trusted_warm_s) == 2
+    assert "warm: 2 evaluations with the trusted process warm" in p.stdout and "bar: warm evaluations" in p.stdout
+    built = _ninja_outputs(work / "pipelined" / "builds")
+    assert len(built) == 3 and all(outputs and len(outputs) == len(set(outputs)) for outputs in built.values())
 
 
 def test_bench_refuses_a_serial_sample_larger_than_the_batch(svc_settings):
