@@ -48,7 +48,7 @@ def test_a_paused_child_runs_nothing_in_any_thread_until_resumed_or_killed(tmp_p
 
 def test_a_jail_without_cgroups_finds_its_processes_by_uid(tmp_path):
     """Without cgroups a pause finds the jail's processes by their uid (a process that left the group has it
-    still): here this test's own, by the owner of its /proc entry."""
+    still): here this test's own, by the Uid line of its status."""
     from harness.config import Settings
     from harness.sandbox.limits import Jail
 
