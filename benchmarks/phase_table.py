@@ -10,18 +10,20 @@ share one `TrustedPool`, as a worker's slot does (its trusted process stays warm
 problem), instead of starting a trusted process each; with `--ahead` too, the next evaluation's candidate
 process is started before each evaluation (`runner.prestart`), as a worker's GPU slot does (each evaluation's
 source then carries a comment line of its own: a worker starts nothing ahead for the very source it is evaluating,
-whose build dir that evaluation holds). Prints one row per
-evaluation and the median of each phase, and of each step of the trusted side's commands on its own clock
-(`observations.trusted_seconds`).
+whose build dir that evaluation holds; `--prebuild` builds them all first, as a worker's compile pool would).
+`--vary` takes a setting's values in turn. Prints one row per evaluation and the median of each phase, and of each
+step of the trusted side's commands on its own clock (`observations.trusted_seconds`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,28 +81,44 @@ def main() -> int:
     ap.add_argument("--ahead", action="store_true", help="with --warm: start each next candidate's process ahead")
     ap.add_argument("--windows", default="",
                     help="rounds of timed windows, a comma list taken in turn (side by side); default: the settings'")
+    ap.add_argument("--vary", default="", metavar="FIELD=V1,V2",
+                    help="a setting (a Settings field, e.g. gpu_idle_wait_s=10,0 or prestart_candidates=on,off), "
+                         "its values taken in turn (side by side); default: the settings'")
+    ap.add_argument("--prebuild", action="store_true",
+                    help="build every evaluation's source first, in parallel and untimed, as a worker's compile pool "
+                         "does: the evaluations then measure cached builds")
     ap.add_argument("--json")
     args = ap.parse_args()
     rounds = [int(w) for w in args.windows.split(",") if w.strip()] or [None]
     settings = get_settings()
+    field, _, values = args.vary.partition("=")
+    varied = [type(settings)(**{**settings.model_dump(), field: v}) for v in values.split(",")] if field else [None]
+    variants = [(w, i) for w in rounds for i in range(len(varied))]
     registry = get_registry()
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
     target = runner.probe_device(args.device, settings)
     pool = TrustedPool(settings) if args.warm else None
     rows = []
-    order = [(rep, spec, path, w) for rep in range(args.repeats) for spec, path in jobs for w in rounds]
+    order = [(rep, spec, path, w, v) for rep in range(args.repeats) for spec, path in jobs for w, v in variants]
     texts = [path.read_text() + (f"\n# evaluation {i}\n" if args.ahead else "")
-             for i, (_, _, path, _) in enumerate(order)]
+             for i, (_, _, path, _, _) in enumerate(order)]
     options = [runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool, windows=w)
-               for _, _, _, w in order]
+               for _, _, _, w, _ in order]
+    chosen = [varied[v] or settings for _, _, _, _, v in order]
+    if args.prebuild:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as builders:
+            built = list(builders.map(lambda text: runner.precompile(text, target, settings), set(texts)))
+        print(f"built {sum(b.ok for b in built)} of {len(built)} sources in {time.monotonic() - t0:.1f} s", flush=True)
     try:
-        for i, (rep, spec, path, w) in enumerate(order):
+        for i, (rep, spec, path, w, v) in enumerate(order):
+            value = f"{field} {values.split(',')[v]}" if field else ""
             if args.ahead and pool is not None and i + 1 < len(order):
-                runner.prestart(order[i + 1][1], texts[i + 1], options[i + 1], settings)
+                runner.prestart(order[i + 1][1], texts[i + 1], options[i + 1], chosen[i + 1])
             t0 = time.monotonic()
-            result = runner.evaluate(spec, texts[i], options[i], settings)
+            result = runner.evaluate(spec, texts[i], options[i], chosen[i])
             wall = time.monotonic() - t0
-            row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "rounds": w,
+            row = {"problem": spec.kernelbench_id, "file": path.name, "repeat": rep, "rounds": w, "variant": value,
                    "wall_s": round(wall, 3),
                    "verdict": result.verdict.value, "flags": [f.check for f in result.flags],
                    "warm": result.observations.trusted_warm, "import_s": result.observations.candidate_import_s,
@@ -109,14 +127,17 @@ def main() -> int:
                    "phases": result.observations.phases, "windows": _windows(result.observations)}
             rows.append(row)
             top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
-            print(f"{spec.kernelbench_id} {path.name} #{rep} rounds {w or 'default'}: {wall:.1f} s {row['verdict']} "
+            print(f"{spec.kernelbench_id} {path.name} #{rep} rounds {w or 'default'} {value}: {wall:.1f} s "
+                  f"{row['verdict']} "
                   f"{row['flags']} eager {row['speedup_vs_eager']} compile {row['speedup_vs_compile']} :: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in top) + f" :: {row['windows']}", flush=True)
     finally:
         if pool is not None:
             pool.close()
-    for w in rounds:
-        _summary([r for r in rows if r["rounds"] == w], f" with {w} rounds of windows" if w else "")
+    for w, v in variants:
+        value = f"{field} {values.split(',')[v]}" if field else ""
+        label = (f" with {w} rounds of windows" if w else "") + (f", {value}" if value else "")
+        _summary([r for r in rows if r["rounds"] == w and r["variant"] == value], label)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.utils.cpp_extension
 
-from harness.sandbox import parameters, problem_module, timing, torchflags
+from harness.sandbox import launches, parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     INIT_FILE,
@@ -135,15 +135,23 @@ def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device
 
 
 def kernels_of_one_call(model: torch.nn.Module, inputs: list[Any]) -> list[str]:
-    """The names of the GPU kernels one forward launches, from the torch profiler (CUPTI)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    """The names of the GPU kernels one forward launches: from CUPTI's launch callbacks (milliseconds), or where
+    they cannot tell (a CUDA graph launched), from the torch profiler (seconds: its first start in a process)."""
+    def call() -> None:
         model(*inputs)
         torch.cuda.synchronize()
-    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-    return sorted(names)[:500]
+
+    torch.cuda.synchronize()
+    names = launches.names_of_launches(call)
+    if names is None:
+        print("kernel trace: CUPTI's launch callbacks could not name them; the torch profiler traces", file=sys.stderr,
+              flush=True)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+        names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+    return names[:500]
 
 
 class _Session:
