@@ -30,8 +30,24 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 
 
+def _evaluates_a_build(item) -> bool:
+    """Whether a test evaluates a source with a load_inline build, by its parameters (a fixture path, a corpus
+    entry) or its file (the reference solutions)."""
+    if "reference_solutions" in str(item.path):
+        return True
+    for value in getattr(getattr(item, "callspec", None), "params", {}).values():
+        rel = getattr(value, "fixture", value)
+        path = FIXTURES.parent.parent / rel if isinstance(rel, str) and rel.endswith(".py") else None
+        if path is not None and path.is_file() and "load_inline" in path.read_text(errors="replace"):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
+        # One evaluation at a time, the GPU suite's first stage runs beside the builds of every load_inline source
+        # (scripts/gpu-suite.sh): those that need no build go first, so that the GPU does not wait for a compiler.
+        items.sort(key=lambda item: "alone" in item.keywords and _evaluates_a_build(item))
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

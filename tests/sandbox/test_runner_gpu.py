@@ -41,7 +41,8 @@ def test_a_kernel_inside_a_cuda_graph_is_traced_by_the_profiler_and_counts_as_th
     r = _run(settings, "level2/30", "l30_cuda_graph_correct.py", compile_baseline="off")
     print(f"\n[gpu] {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
-    assert not r.flags, r.flags
+    # A graph's replay at this small size is launch-bound: its windows may spread too much to rank (9.3x eager).
+    assert not {f.check for f in r.flags} - {"timing_unreliable"}, r.flags
     kernels = r.observations.kernels
     assert kernels is not None and any(n.startswith("hardtanh_kernel(") for n in kernels.custom), kernels
     log = (Path(r.job_dir) / "candidate.log").read_text()
