@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import typer
@@ -155,11 +156,20 @@ def throughput_command(
             if json_out is not None:  # so far: a run its time limit cuts off still leaves these
                 json_out.write_text(rep.model_dump_json(indent=2) + "\n")
 
+        shown: dict[str, int] = {}
+        started = time.monotonic()
+
+        def advance(mode: str, done: int, total: int) -> None:
+            bar.update(tasks[mode], completed=done)
+            if not bar.console.is_terminal and shown.get(mode) != done:  # a log: a line per evaluation done
+                shown[mode] = done
+                bar.console.print(f"{mode}: {done} of {total} done at {time.monotonic() - started:.0f} s")
+
         try:
             rep = throughput.run_bench(variants, settings, registry, work_dir or Path(tmp), device=device, gpu=gpu,
                                        compile_workers=compile_workers, arch_list=arch_list, serial_n=serial_n,
                                        modes=chosen, on_mode=mode_done,
-                                       progress=lambda m, done, _t: bar.update(tasks[m], completed=done))
+                                       progress=lambda m, done, total: advance(m, done, total))
         except (SlotError, ValueError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

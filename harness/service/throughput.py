@@ -328,6 +328,8 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
         mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None})
         if mode == "warm" and "pipelined" not in modes:  # the builds it evaluates again, made first, untimed
             prebuild(batch, mode_settings, slot, max(1, compile_workers), extra_env)
+            if progress is not None:
+                progress(mode, 0, len(batch))  # built
         done.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,
                              extra_env=extra_env,
                              progress=(lambda d, total, m=mode: progress(m, d, total)) if progress else None))

@@ -149,6 +149,9 @@ def test_the_warm_mode_alone_builds_first_untimed_and_evaluates_with_the_trusted
     (warm,) = throughput.ThroughputReport.model_validate_json(out.read_text()).modes
     assert warm.mode == "warm" and warm.verdicts == {"passed": 3} and len(warm.trusted_warm_s) == 2
     assert "warm: 2 evaluations with the trusted process warm" in p.stdout and "bar: warm evaluations" in p.stdout
+    # Not a terminal: a line as the builds end and as each evaluation ends, so that a run cut off says how far it got.
+    progress = [line.split(" done at ")[0] for line in p.stderr.splitlines() if " done at " in line]
+    assert progress == [f"warm: {i} of 3" for i in range(4)], p.stderr
     built = _ninja_outputs(work / "pipelined" / "builds")
     assert len(built) == 3 and all(outputs and len(outputs) == len(set(outputs)) for outputs in built.values())
 
