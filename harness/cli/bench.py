@@ -101,6 +101,8 @@ def throughput_command(
                               "figures are printed, and written to --json, as soon as it ends."),
     solutions_dir: Path = typer.Option(None, "--solutions-dir", exists=True, file_okay=False,
                                        help="Reference solutions to vary (default: reference_solutions/)."),
+    problems: list[str] = typer.Option([], "--problem", help="With --device cuda: vary only this problem's "
+                                       "solution (e.g. level2/75; repeat for more): a warm rate of one problem."),
     work_dir: Path = typer.Option(None, "--work-dir", file_okay=False, help="Keep each mode's data dir (builds, "
                                   "logs, queue) under this new folder (default: a temp dir, removed)."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
@@ -137,7 +139,7 @@ def throughput_command(
     settings = settings_with()
     registry = get_registry(settings.problems_dir)
     try:
-        variants = throughput.make_variants(n, device, registry, solutions_dir)
+        variants = throughput.make_variants(n, device, registry, solutions_dir, problems=problems)
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -110,16 +110,18 @@ def reference_templates(folder: Path, registry: Registry) -> list[tuple[ProblemS
 
 
 def make_variants(n: int, device: str, registry: Registry, solutions_dir: Path | None = None,
-                  run_tag: str | None = None) -> list[Variant]:
-    """N distinct submissions: the reference solutions in turn (CUDA), or the C++ template (CPU)."""
+                  run_tag: str | None = None, problems: Sequence[str] = ()) -> list[Variant]:
+    """N distinct submissions: the reference solutions in turn (CUDA; of `problems` only, where named), or the C++
+    template (CPU)."""
     run_tag = run_tag or secrets.token_hex(4)
     if device == "cpu":
         templates = [(registry.get(CPU_PROBLEM), "CPU_TEMPLATE", CPU_TEMPLATE)]
     else:
         folder = solutions_dir or REFERENCE_SOLUTIONS
-        templates = reference_templates(folder, registry)
+        templates = [t for t in reference_templates(folder, registry)
+                     if not problems or t[0].kernelbench_id in problems or t[0].id in problems]
         if not templates:
-            raise ValueError(f"no reference solution of a known problem in {folder}")
+            raise ValueError(f"no reference solution of {'/'.join(problems) or 'a known problem'} in {folder}")
     return [Variant(spec, origin, make_variant(text, f"{i + 1} of {n} (run {run_tag})"))
             for i, (spec, origin, text) in ((i, templates[i % len(templates)]) for i in range(n))]
 

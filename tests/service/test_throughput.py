@@ -30,6 +30,10 @@ def test_cuda_variants_cycle_the_reference_solutions_and_every_extension_source_
     for a, b in zip(_extension_sources(first.text), _extension_sources(seventh.text), strict=True):
         assert a != b  # the .cu and the .cpp both differ: each variant is a build of its own
     assert "// kernelharness bench variant 1 of 8 (run t)" in first.text
+    one = throughput.make_variants(3, "cuda", registry, REPO / "reference_solutions", problems=["level2/75"])
+    assert [v.spec.kernelbench_id for v in one] == ["level2/75"] * 3 and len({v.text for v in one}) == 3
+    with pytest.raises(ValueError, match="no reference solution of level2/1 in"):
+        throughput.make_variants(3, "cuda", registry, REPO / "reference_solutions", problems=["level2/1"])
 
 
 def test_cpu_variants_are_distinct_cpp_only_submissions_for_one_problem():
