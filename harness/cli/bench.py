@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.problems import get_registry
+from harness.schema import EvalResult
 from harness.service import throughput
 from harness.service.devices import SlotError
 from harness.service.runtime import settings_with, setup_logging
@@ -163,15 +164,21 @@ def throughput_command(
 
         def advance(mode: str, done: int, total: int) -> None:
             bar.update(tasks[mode], completed=done)
-            if not bar.console.is_terminal and shown.get(mode) != done:  # a log: a line per evaluation done
+            if not bar.console.is_terminal and shown.get(mode) != done:  # a log: a line as the count moves
                 shown[mode] = done
                 bar.console.print(f"{mode}: {done} of {total} done at {time.monotonic() - started:.0f} s")
+
+        def evaluated(mode: str, problem: str, seconds: float, result: EvalResult | None) -> None:
+            if not bar.console.is_terminal:  # which of a cut-off run's evaluations were warm, and how long each took
+                warm = " (trusted process warm)" if result is not None and result.observations.trusted_warm else ""
+                verdict = result.verdict.value if result is not None else "no result (the evaluation raised)"
+                bar.console.print(f"{mode}: {problem} evaluated in {seconds:.1f} s{warm}: {verdict}")
 
         try:
             rep = throughput.run_bench(variants, settings, registry, work_dir or Path(tmp), device=device, gpu=gpu,
                                        compile_workers=compile_workers, arch_list=arch_list, serial_n=serial_n,
                                        modes=chosen, on_mode=mode_done,
-                                       progress=lambda m, done, total: advance(m, done, total))
+                                       progress=advance, on_evaluation=evaluated)
         except (SlotError, ValueError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

@@ -192,8 +192,10 @@ def bar_check(serial: ModeReport, pipelined: ModeReport, warm: ModeReport | None
 class _Meter:
     """The worker's stage functions, timed; `extra_env` reaches every child (an arch list override)."""
 
-    def __init__(self, extra_env: dict[str, str]):
+    def __init__(self, extra_env: dict[str, str],
+                 on_evaluation: Callable[[str, float, EvalResult | None], None] | None = None):
         self.extra_env = extra_env
+        self.on_evaluation = on_evaluation  # (problem, seconds, result): as each evaluation ends
         self.evaluations: list[tuple[float, EvalResult | None]] = []
         self.builds: list[float] = []
         self._lock = threading.Lock()
@@ -206,8 +208,11 @@ class _Meter:
             result = evaluate(spec, text, options, settings)
             return result
         finally:
+            seconds = time.monotonic() - t0
             with self._lock:
-                self.evaluations.append((time.monotonic() - t0, result))
+                self.evaluations.append((seconds, result))
+            if self.on_evaluation is not None:
+                self.on_evaluation(spec.kernelbench_id, seconds, result)
 
     def precompile(self, text: str, target: Provenance, settings: Settings, **kw: Any) -> PrecompileResult:
         kw["extra_env"] = {**(kw.get("extra_env") or {}), **self.extra_env}
@@ -219,7 +224,8 @@ class _Meter:
 
 def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: Registry, slot: Slot, *,
              compile_workers: int, extra_env: dict[str, str],
-             progress: Callable[[int, int], None] | None = None) -> ModeReport:
+             progress: Callable[[int, int], None] | None = None,
+             on_evaluation: Callable[[str, float, EvalResult | None], None] | None = None) -> ModeReport:
     """Queue the variants in `settings`' own database and evaluate them with a worker of `compile_workers`."""
     db = Database(settings)
     try:
@@ -234,7 +240,7 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
                 _, job = crud.create_submission(s, new, token=None, queue_limit=None, max_attempts=1,
                                                 reason="bench", batch=batch)
                 job_ids.append(job.id)
-        meter = _Meter(extra_env)
+        meter = _Meter(extra_env, on_evaluation)
         worker = Worker(db, settings, registry, [slot], compile_workers=compile_workers, batch=batch,
                         evaluate_fn=meter.evaluate, precompile_fn=meter.precompile)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -304,7 +310,8 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
               gpu: int = 0, compile_workers: int | None = None, arch_list: str | None = None,
               serial_n: int | None = None, modes: Sequence[str] = MODES,
               progress: Callable[[str, int, int], None] | None = None,
-              on_mode: Callable[[ThroughputReport], None] | None = None) -> ThroughputReport:
+              on_mode: Callable[[ThroughputReport], None] | None = None,
+              on_evaluation: Callable[[str, str, float, EvalResult | None], None] | None = None) -> ThroughputReport:
     """Serial (on the first `serial_n` variants, all by default), then pipelined (on all), then warm, those of
     `modes`, each in a fresh data dir under `work_dir` (which must not hold earlier runs). `on_mode` gets the report
     so far after each mode: a run cut off by a time limit still leaves the modes it finished."""
@@ -334,7 +341,9 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
                 progress(mode, 0, len(batch))  # built
         done.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,
                              extra_env=extra_env,
-                             progress=(lambda d, total, m=mode: progress(m, d, total)) if progress else None))
+                             progress=(lambda d, total, m=mode: progress(m, d, total)) if progress else None,
+                             on_evaluation=(lambda p, secs, r, m=mode: on_evaluation(m, p, secs, r))
+                             if on_evaluation else None))
         target = slot.target
         by_mode = {m.mode: m for m in done}
         report = ThroughputReport(

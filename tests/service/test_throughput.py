@@ -156,6 +156,9 @@ def test_the_warm_mode_alone_builds_first_untimed_and_evaluates_with_the_trusted
     # Not a terminal: a line as the builds end and as each evaluation ends, so that a run cut off says how far it got.
     progress = [line.split(" done at ")[0] for line in p.stderr.splitlines() if " done at " in line]
     assert progress == [f"warm: {i} of 3" for i in range(4)], p.stderr
+    evaluated = [line.split(" evaluated in ")[1].split(" s", 1)[1] for line in p.stderr.splitlines()
+                 if line.startswith("warm: level2/30 evaluated in ")]
+    assert evaluated == [": passed", " (trusted process warm): passed", " (trusted process warm): passed"], p.stderr
     built = _ninja_outputs(work / "pipelined" / "builds")
     assert len(built) == 3 and all(outputs and len(outputs) == len(set(outputs)) for outputs in built.values())
 
