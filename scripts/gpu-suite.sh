@@ -51,7 +51,8 @@ for p in "${parts[@]}"; do
     *) echo "unknown part $p (corpus sandbox service solutions)"; exit 2 ;;
   esac
 done
-# The alone stage takes the tests that need no build first (sandbox's A/A copies), while the builds go on.
+# The alone stage takes the tests that need no build first (the A/A copies, the pure-PyTorch corpus entries: the
+# ordering is tests/conftest.py's), while the builds go on.
 alone_files=()
 for f in tests/sandbox/test_runner_gpu.py "${files[@]}"; do
   [[ " ${files[*]} " == *" $f "* ]] && [[ " ${alone_files[*]} " != *" $f "* ]] && alone_files+=("$f")
