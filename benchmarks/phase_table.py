@@ -92,6 +92,8 @@ def main() -> int:
     rounds = [int(w) for w in args.windows.split(",") if w.strip()] or [None]
     settings = get_settings()
     field, _, values = args.vary.partition("=")
+    if field and field not in type(settings).model_fields:
+        ap.error(f"--vary: {field!r} is not a setting (harness/config.py)")
     varied = [type(settings)(**{**settings.model_dump(), field: v}) for v in values.split(",")] if field else [None]
     variants = [(w, i) for w in rounds for i in range(len(varied))]
     registry = get_registry()
