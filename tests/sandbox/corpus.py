@@ -114,12 +114,12 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("input-range shortcut", A + "input_range_shortcut.py", "wrong_answer", None,
             "an extra trial on randn*2+0.5 inputs", HONEST, message_has="randn*2+0.5 inputs"),
     Exploit("pure PyTorch wrapper", S + "l30_pytorch_correct.py", "passed", "no_custom_kernel",
-            "the profiler trace of one forward: only library kernels ran", SOLUTION, gpu=True),
+            "the kernel trace of one forward: only library kernels ran", SOLUTION, gpu=True),
     Exploit("GPU work left running after the reply", A + "leftover_gpu_work.py", "flagged", "leftover_gpu_work",
             "the candidate's processes are stopped once its turn is over, and the trusted side waits for an idle GPU "
             "before each reference window, off its clock; static pre-check", HONEST, gpu=True, alone=True),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
-            "the profiler trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
+            "the kernel trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,
             "the reference's parameters are drawn fresh for each evaluation (GroupNorm's weight is no longer 1, its "
             "bias no longer 0) and reach ModelNew by name, or by shape and likeness of name",
