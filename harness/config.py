@@ -51,6 +51,12 @@ class Settings(BaseSettings):
                     "while it evaluates the current one; 'auto' does so on GPU slots only: on a CPU slot the start "
                     "would share the cores the current evaluation is timed on.",
     )
+    ready_bypass_limit: int = Field(
+        default=8, ge=0,
+        description="A worker's slot takes a ready job of the problem its trusted process is warm for ahead of "
+                    "older ready jobs, each of which it passes over at most this many times (a warm evaluation is "
+                    "several times faster than a cold one); 0: first in, first out.",
+    )
 
     # Deadlines the parent enforces (seconds). Problem specs may raise compile/run limits.
     reference_timeout_s: float = 600.0

@@ -3,7 +3,7 @@
 Every mode runs the service's own worker (`service.worker.Worker`) on one slot, over the same sources:
   serial     no compile pool, a fresh build cache: the slot compiles each submission inside its evaluation;
   pipelined  a fresh build cache; the worker's compile pool precompiles ahead (`runner.precompile`) while the
-             slot evaluates;
+             slot evaluates (taking the built jobs of the problem its trusted process is warm for first);
   warm       the same submissions again, their builds cached by the pipelined mode (built first, untimed, where
              that mode did not run), queued problem by problem
              (as an RL loop or a re-evaluation sends them): the slot's trusted process stays warm between them
@@ -157,8 +157,9 @@ class ModeReport(BaseModel):
 class BarCheck(BaseModel):
     stage_bound_s: float  # max(pipelined compile_s / compile workers, pipelined slot_s)
     wall_ok: bool  # pipelined wall_s <= WALL_BAR x stage_bound_s
-    speedup: float  # pipelined evals_per_hour / serial evals_per_hour
-    speedup_ok: bool  # speedup >= SPEEDUP_BAR
+    # pipelined evals_per_hour / serial evals_per_hour, and whether it is >= SPEEDUP_BAR; None without the serial mode
+    speedup: float | None = None
+    speedup_ok: bool | None = None
     warm_evals_per_hour: float | None = None  # the warm mode's; None in reports written before it existed
     warm_ok: bool | None = None  # the warm mode's rate with its trusted process warm (else its own) >= WARM_BAR
 
@@ -176,14 +177,15 @@ class ThroughputReport(BaseModel):
     origins: list[str]
     arch_list: str | None  # TORCH_CUDA_ARCH_LIST override; None: the worker's default (its GPU's arch only)
     modes: list[ModeReport]
-    bar: BarCheck | None = None  # None until both the serial and the pipelined mode ran (`--modes`, or a run cut off)
+    bar: BarCheck | None = None  # None until the pipelined mode ran (`--modes`, or a run cut off)
 
 
-def bar_check(serial: ModeReport, pipelined: ModeReport, warm: ModeReport | None = None) -> BarCheck:
+def bar_check(serial: ModeReport | None, pipelined: ModeReport, warm: ModeReport | None = None) -> BarCheck:
     bound = max(pipelined.compile_s / max(1, pipelined.compile_workers), pipelined.slot_s)
-    speedup = pipelined.evals_per_hour / serial.evals_per_hour if serial.evals_per_hour else 0.0
+    speedup = None if serial is None else \
+        pipelined.evals_per_hour / serial.evals_per_hour if serial.evals_per_hour else 0.0
     return BarCheck(stage_bound_s=bound, wall_ok=pipelined.wall_s <= WALL_BAR * bound, speedup=speedup,
-                    speedup_ok=speedup >= SPEEDUP_BAR,
+                    speedup_ok=None if speedup is None else speedup >= SPEEDUP_BAR,
                     warm_evals_per_hour=warm.evals_per_hour if warm is not None else None,
                     warm_ok=(warm.trusted_warm_per_hour() or warm.evals_per_hour) >= WARM_BAR
                     if warm is not None else None)
@@ -351,8 +353,8 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
             serial_n=serial_n if serial_n and serial_n < len(variants) and "serial" in by_mode else None,
             distinct_sources=len({v.text for v in variants}), origins=sorted({v.origin for v in variants}),
             arch_list=arch_list, modes=list(done),
-            bar=bar_check(by_mode["serial"], by_mode["pipelined"], by_mode.get("warm"))
-            if "serial" in by_mode and "pipelined" in by_mode else None)
+            bar=bar_check(by_mode.get("serial"), by_mode["pipelined"], by_mode.get("warm"))
+            if "pipelined" in by_mode else None)
         if on_mode is not None:
             on_mode(report)
     assert report is not None

@@ -7,7 +7,8 @@
 Every stage is a thread of this process: `precompile` and `evaluate` spawn their own children and
 wait on them, so threads are enough and nothing here imports torch. The claim loop holds at most
 slots + compile workers jobs (and one more per slot that starts its next candidate ahead), so the pool works
-ahead of the GPUs without hoarding the queue.
+ahead of the GPUs without hoarding the queue. A slot takes the ready jobs of the problem it evaluates first, within
+a bound (`ready.ReadyJobs`): its trusted process stays warm for them.
 An evaluation that reports infra_error (or raises) is retried after a back-off until the job's
 attempts are spent; then its infra_error result is stored. Submission failures are final.
 """
@@ -40,6 +41,7 @@ from harness.schema import EvalResult, Provenance
 from harness.service.devices import Slot
 from harness.service.health import gpu_health_check, low_disk, slot_is_healthy
 from harness.service.outcomes import infra_result
+from harness.service.ready import ReadyJobs
 from harness.verdicts import Verdict
 
 log = logging.getLogger("harness.worker")
@@ -82,6 +84,10 @@ class _Held:
     started: bool = False  # handed to a slot
 
 
+def _problem_of(h: _Held) -> tuple[str, int]:
+    return h.spec.id, h.spec.version
+
+
 @dataclass
 class WorkerStats:
     claimed: int = 0
@@ -120,7 +126,9 @@ class Worker:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._compile_q: queue.Queue[_Held] = queue.Queue()
-        self._ready_q: queue.Queue[_Held] = queue.Queue()
+        # A slot prefers the ready jobs of the problem it evaluates (its trusted process stays warm for them).
+        self._ready_q: ReadyJobs[_Held] = ReadyJobs(settings.ready_bypass_limit, _problem_of)
+        self._warm_for: dict[str, tuple[str, int]] = {}  # slot name -> the problem it evaluates or last evaluated
         self._stop = threading.Event()
         self._done = threading.Event()  # run() has returned: the heartbeat may end
 
@@ -345,12 +353,13 @@ class Worker:
                     h = upcoming.pop()
                 else:
                     try:
-                        h = self._ready_q.get(timeout=0.2)
+                        h = self._ready_q.get(0.2, prefer=self._warm_for.get(slot.name))
                     except queue.Empty:
                         continue
                 if self._stop.is_set():
                     self._ready_q.put(h)  # left for shutdown to release
                     return
+                self._warm_for[slot.name] = _problem_of(h)
                 evaluating.set()  # the next job may be claimed only now: the starter looks for it meanwhile
                 try:
                     faulted = self._evaluate(slot, h, pool)
@@ -377,7 +386,7 @@ class Worker:
                 time.sleep(0.05)
                 continue
             try:
-                h = self._ready_q.get(timeout=0.2)
+                h = self._ready_q.get(0.2, prefer=self._warm_for.get(slot.name))
             except queue.Empty:
                 continue
             runner.prestart(h.spec, h.claim.text, self._options(slot, pool), self.settings)

@@ -62,6 +62,8 @@ def test_bar_is_the_slower_stage_with_25_percent_slack_and_five_times_serial():
     assert met.stage_bound_s == 150.0 and met.wall_ok and met.speedup == pytest.approx(1000 / 187.5) and met.speedup_ok
     slow = throughput.bar_check(serial, _mode("pipelined", 210.0, compile_workers=2, compile_s=320.0, slot_s=150.0))
     assert slow.stage_bound_s == 160.0 and not slow.wall_ok and not slow.speedup_ok
+    alone = throughput.bar_check(None, _mode("pipelined", 187.5, compile_workers=8, compile_s=640.0, slot_s=150.0))
+    assert alone.wall_ok and alone.speedup is None and alone.speedup_ok is None  # a cold batch, no serial run
 
 
 def _ninja_outputs(build_root) -> dict[str, list[str]]:
@@ -133,9 +135,11 @@ def test_bench_runs_the_modes_asked_for_and_writes_each_as_it_ends(svc_settings,
     assert p.returncode == 0, p.stderr
     assert "pipelined done: 2 evaluations in" in p.stderr and "warm done: 2 evaluations in" in p.stderr
     rep = throughput.ThroughputReport.model_validate_json(out.read_text())
-    assert [m.mode for m in rep.modes] == ["pipelined", "warm"] and rep.bar is None and rep.serial_n is None
+    assert [m.mode for m in rep.modes] == ["pipelined", "warm"] and rep.serial_n is None
+    assert rep.bar is not None and rep.bar.speedup is None and rep.bar.warm_ok is not None
     assert all(m.verdicts == {"passed": 2} for m in rep.modes)
-    assert "bar: warm evaluations per hour" in p.stdout and "need both the serial and the pipelined" in p.stdout
+    assert "bar: warm evaluations per hour" in p.stdout and "bar: pipelined wall" in p.stdout
+    assert "needs the serial mode too" in p.stdout
     bad = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--modes", "warm,fast"),
                          env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "the modes are serial, pipelined, warm" in bad.stderr

@@ -136,6 +136,31 @@ def test_the_compile_pool_builds_ahead_of_the_slot(svc_db, svc_settings):
         assert job_and_results(svc_db, job_id)[0].status == "done"
 
 
+def test_a_slot_takes_the_ready_jobs_of_the_problem_it_evaluates_first(svc_db, svc_settings):
+    """Four built jobs of two problems, queued alternately: the slot evaluates them problem by problem (its trusted
+    process stays warm for the next of the same problem); with the bypass limit at 0, in the order queued."""
+    problems = ["gemm-groupnorm-min-biasadd", "gemm-groupnorm-hardtanh"] * 2
+
+    def order(limit: int) -> list[str]:
+        ids = [submit(svc_db, LOAD_INLINE + f"#{limit}{i}", problem=p) for i, p in enumerate(problems)]
+        seen: list[str] = []
+
+        def evaluate(spec, text, options, settings):
+            seen.append(spec.id)
+            time.sleep(0.5)  # every other job is claimed and built meanwhile
+            return eval_result()
+
+        settings = svc_settings.model_copy(update={"ready_bypass_limit": limit})
+        worker = run_worker(svc_db, settings, compile_workers=4, evaluate_fn=evaluate,
+                            precompile_fn=lambda *a, **k: PrecompileResult(True, 0.0, ""))
+        assert worker.stats.completed == 4 and all(job_and_results(svc_db, i)[0].status == "done" for i in ids)
+        return seen
+
+    a, b = problems[:2]
+    assert order(8) == [a, a, b, b]
+    assert order(0) == problems
+
+
 def test_stopping_hands_back_running_and_waiting_jobs_without_counting_the_attempt(svc_db, svc_settings):
     jobs = [submit(svc_db, LOAD_INLINE + f"#{i}") for i in range(2)]
     started, release = threading.Event(), threading.Event()
