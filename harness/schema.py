@@ -240,6 +240,8 @@ class Observations(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)
     # The trusted process had served an earlier evaluation of this problem on the slot (kept warm: warm.py).
     trusted_warm: bool = False
+    # The candidate's process had been started ahead, during the slot's previous evaluation (runner.prestart).
+    candidate_ahead: bool = False
     # Seconds per step of the trusted side's commands on its own clock, summed ("judge.trivial"): diagnostics.
     trusted_seconds: dict[str, float] = Field(default_factory=dict)
     candidate_error: ChildError | None = None

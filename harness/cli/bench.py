@@ -63,8 +63,8 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
     for m in rep.modes:
         if m.trusted_warm_s:
             console.print(f"{m.mode}: {len(m.trusted_warm_s)} evaluations with the trusted process warm, median "
-                          f"{statistics.median(m.trusted_warm_s):.2f} s each ({m.trusted_warm_per_hour():.0f} an hour)",
-                          soft_wrap=True)
+                          f"{statistics.median(m.trusted_warm_s):.2f} s each ({m.trusted_warm_per_hour():.0f} an "
+                          f"hour); {m.candidates_ahead} of {m.submissions} candidates started ahead", soft_wrap=True)
     if "warm" in by_mode:
         warm = by_mode["warm"]
         rate = warm.trusted_warm_per_hour() or warm.evals_per_hour
@@ -173,7 +173,11 @@ def throughput_command(
 
         def evaluated(mode: str, problem: str, seconds: float, result: EvalResult | None) -> None:
             if not bar.console.is_terminal:  # which of a cut-off run's evaluations were warm, and how long each took
-                warm = " (trusted process warm)" if result is not None and result.observations.trusted_warm else ""
+                obs = result.observations if result is not None else None
+                warm = ", ".join(what for what, yes in (("trusted process warm", obs and obs.trusted_warm),
+                                                         ("candidate started ahead", obs and obs.candidate_ahead))
+                                 if yes)
+                warm = f" ({warm})" if warm else ""
                 verdict = result.verdict.value if result is not None else "no result (the evaluation raised)"
                 bar.console.print(f"{mode}: {problem} evaluated in {seconds:.1f} s{warm}: {verdict}")
 

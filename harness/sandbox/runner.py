@@ -290,6 +290,7 @@ class _Evaluation:
         self.warm = pool.take(key) if pool is not None else None
         if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
             self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
+            self.obs.candidate_ahead = True
             self.candidate.begin_import()
         if self.warm is not None:
             # Both sides build their model under the seed the warm reference was built with (KernelBench's rule).

@@ -148,6 +148,7 @@ class ModeReport(BaseModel):
     # The slot's wall seconds of each evaluation whose trusted process was warm (an earlier evaluation of its problem
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
+    candidates_ahead: int = 0  # evaluations whose candidate's process was started ahead (during the one before)
 
     def trusted_warm_per_hour(self) -> float | None:
         """Evaluations an hour at the median wall of those with the trusted process warm; None where none was."""
@@ -278,6 +279,7 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         phases_s={k: round(v, 3) for k, v in phases.items()},
         trusted_warm_s=[round(secs, 3) for secs, r in meter.evaluations
                         if r is not None and r.observations.trusted_warm],
+        candidates_ahead=sum(r is not None and r.observations.candidate_ahead for _, r in meter.evaluations),
     )
 
 

@@ -218,20 +218,23 @@ def test_a_restarted_hosts_dead_worker_gives_its_jobs_back_at_once(svc_db, svc_s
 
 
 def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc_db, svc_settings):
-    """Three jobs of one problem on one slot (CPU, with starting ahead switched on): the trusted process starts once,
-    the next job's candidate process is started while the current job is evaluated, and every verdict is the same
-    as a cold evaluation's."""
+    """Four jobs of one problem on one slot (CPU, with starting ahead switched on): the trusted process starts once,
+    each next job's candidate process is started while the current job is evaluated, back to back, and every
+    verdict is the same as a cold evaluation's."""
     from harness.sandbox.runner import probe_device
 
     settings = svc_settings.model_copy(update={"prestart_candidates": "on"})
-    texts = [(SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n" for i in range(3)]
+    texts = [(SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n" for i in range(4)]
     ids = [submit(svc_db, t) for t in texts]
     slot = Slot("cpu", "cpu", target=probe_device("cpu", settings))
     worker = Worker(svc_db, settings, get_registry(), [slot], exit_when_idle_s=0.5, compile_workers=0)
     worker.run()
-    assert worker.stats.completed == 3 and worker.stats.verdicts == {"passed": 3}
+    assert worker.stats.completed == 4 and worker.stats.verdicts == {"passed": 4}
     results = [EvalResult.model_validate(job_and_results(svc_db, i)[1][0].payload) for i in ids]
-    assert [r.observations.trusted_warm for r in results] == [False, True, True]
-    # A candidate started ahead had torch imported when its evaluation began: only the submission's import is left.
+    assert [r.observations.trusted_warm for r in results] == [False, True, True, True]
+    # Every candidate after the first was started ahead (the look-ahead once started the second's, then none while
+    # the jobs came back to back); one had torch imported when its evaluation began: only the submission's import
+    # was left.
+    assert [r.observations.candidate_ahead for r in results] == [False, True, True, True]
     assert min(r.observations.candidate_import_s or 99.0 for r in results[1:]) < 1.0, \
         [r.observations.candidate_import_s for r in results]
