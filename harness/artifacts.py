@@ -46,7 +46,7 @@ def compile_cache_env(settings: Settings) -> dict[str, str]:
 
 
 def build_dir(settings: Settings, key: str) -> Path:
-    path = settings.data_dir / "builds" / key
+    path = settings.builds_dir / key
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -76,7 +76,7 @@ def exclusive_build_dir(path: Path, wait: bool = True) -> Iterator[None]:
 def prune_build_cache(settings: Settings, max_bytes: int) -> list[Path]:
     """Remove the least recently used build dirs until the cache fits `max_bytes`; a dir in use (its
     lock held) is never removed. Returns what was removed."""
-    root = settings.data_dir / "builds"
+    root = settings.builds_dir
     if not root.is_dir():
         return []
     dirs = sorted((d.stat().st_mtime, d) for d in root.iterdir() if d.is_dir())

@@ -24,6 +24,10 @@ class Settings(BaseSettings):
     problems_dir: Path | None = Field(
         default=None, description="An external KernelBench-format folder to load problems from."
     )
+    build_cache_dir: Path | None = Field(
+        default=None, description="The load_inline build cache (content-addressed, each build dir locked while in "
+        "use), which the workers of one host may share; unset: <data_dir>/builds.",
+    )
 
     # Correctness
     correctness_trials: int = Field(default=5, ge=1, le=100)
@@ -126,11 +130,15 @@ class Settings(BaseSettings):
     min_free_disk_mb: int = Field(default=1024, ge=0, description="A worker evaluates nothing while the data or "
                                   "scratch disk has less free space (infra_error, retried).")
 
-    @field_validator("data_dir", "scratch_dir", "problems_dir")
+    @field_validator("data_dir", "scratch_dir", "problems_dir", "build_cache_dir")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         """Children run in temp dirs of their own: a relative path must not reach them as such."""
         return None if path is None else path.expanduser().resolve()
+
+    @property
+    def builds_dir(self) -> Path:
+        return self.build_cache_dir or self.data_dir / "builds"
 
     @property
     def heartbeat_interval_s(self) -> float:

@@ -9,7 +9,7 @@
 # disturb each other's timed windows (the builds run at nice 19: an evaluation's processes take the CPU first).
 # Stage "verdicts", once the builds are done: the gpu tests of the parts chosen that judge verdicts, not speed,
 # together in parallel processes (pytest-xdist, GPU_SUITE_WORKERS, default 8). Carried wheels in .whl/ are installed
-# first (scripts/device-env.sh). Logs: $OUT/<stage>.log (with the slowest tests), and each corpus entry's verdict
+# first (scripts/device-env.sh). Logs: $OUT/<stage>.log (with every test's seconds), and each corpus entry's verdict
 # line in $OUT/corpus-verdicts.log.
 set -uo pipefail
 . "$(dirname "$0")/device-env.sh"
@@ -31,7 +31,7 @@ stage() {  # stage NAME PARALLEL MARKERS PYTEST-ARGS...
   shift 3
   local xdist=()
   [ "$parallel" = yes ] && [ "$workers" -gt 1 ] && xdist=(-n "$workers")
-  python3 -m pytest -m "$markers" -q -p no:cacheprovider -rfE --durations=12 "${xdist[@]}" "$@" \
+  python3 -m pytest -m "$markers" -q -p no:cacheprovider -rfE --durations=0 --durations-min=1 "${xdist[@]}" "$@" \
     > "$OUT/$name.log" 2>&1
   rc=$?
   printf 'stage %-9s rc %d in %4d s: %s\n' "$name" "$rc" $((SECONDS - t0)) "$(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1)"

@@ -47,7 +47,9 @@ def pytest_collection_modifyitems(config, items):
     if cuda_available():
         # One evaluation at a time, the GPU suite's first stage runs beside the builds of every load_inline source
         # (scripts/gpu-suite.sh): those that need no build go first, so that the GPU does not wait for a compiler.
-        items.sort(key=lambda item: "alone" in item.keywords and _evaluates_a_build(item))
+        # In its parallel stage the long tests go first: started last, one of them would end the stage alone.
+        items.sort(key=lambda item: ("alone" in item.keywords and _evaluates_a_build(item),
+                                     "long" not in item.keywords))
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

@@ -54,6 +54,19 @@ def test_a_build_dir_removed_by_pruning_is_made_again_on_use(tmp_path):
         assert d.is_dir()
 
 
+def test_workers_with_data_dirs_of_their_own_share_one_build_cache(tmp_path, monkeypatch):
+    """HARNESS_BUILD_CACHE_DIR: one host's workers (each its own data dir) find each other's builds, and prune
+    there; a relative path is made absolute, as a child in its own working dir must get it."""
+    monkeypatch.chdir(tmp_path)
+    one = Settings(data_dir=tmp_path / "w1", build_cache_dir=Path("cache"))
+    two = Settings(data_dir=tmp_path / "w2", build_cache_dir=tmp_path / "cache")
+    assert one.builds_dir == two.builds_dir == tmp_path / "cache"
+    d = _build(one, "k", 1, 10)
+    assert artifacts.build_dir(two, "k") == d and (d / "ext.so").exists()
+    assert artifacts.prune_build_cache(two, max_bytes=0) == [d] and not (tmp_path / "w1" / "builds").exists()
+    assert Settings(data_dir=tmp_path / "w3").builds_dir == tmp_path / "w3" / "builds"
+
+
 def _scratch_settings(tmp_path):
     return Settings(data_dir=tmp_path / "data", scratch_dir=tmp_path / "scratch")
 

@@ -24,6 +24,7 @@ def _run(settings, problem, path, **kw):
     return evaluate(get_registry().get(problem), path.read_text(), EvalOptions(**kw), settings)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fixture, verdict", [("l30_cuda_illegal_access.py", Verdict.crashed),
                                               ("l30_cuda_hung_kernel.py", Verdict.timeout)])
 def test_a_cuda_fault_kills_that_child_only_and_the_gpu_passes_its_health_check(settings, fixture, verdict):

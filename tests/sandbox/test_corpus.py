@@ -26,8 +26,12 @@ CPU_TWINS = sorted({(e.problem, e.twin, e.problems_dir or "") for e in CPU})
 # An entry whose verdict is an unflagged pass is judged on its timing too (the hand-over's time, the spread): like
 # the honest twins, it runs in the GPU suite's stage of evaluations one at a time, not beside seven others; so does
 # one whose check needs the GPU to itself.
-GPU_ENTRIES = [pytest.param(e, id=e.name, marks=[pytest.mark.alone] if e.verdict == "passed" or e.alone else [])
+# The entries that take a minute on an H100 (computing each window's outputs when asked, 5 s a window).
+LONG = {"forged window: no work, computed when asked"}
+GPU_ENTRIES = [pytest.param(e, id=e.name, marks=[pytest.mark.alone] if e.verdict == "passed" or e.alone else
+                            [pytest.mark.long] if e.name in LONG else [])
                for e in CORPUS]
+assert LONG.issubset(e.name for e in CORPUS), LONG - {e.name for e in CORPUS}
 
 
 def _evaluate(settings, problem: str, path: str, device: str, problems_dir: str | None = None,

@@ -103,7 +103,7 @@ def test_a_wrong_constructor_with_an_early_candidate_is_invalid_submission(run_f
 def test_cpp_load_inline_modelnew_compiles_passes_and_is_built_once(run_fixture, settings):
     first = run_fixture("level2/30", "l30_cpp_correct.py", timing=False)
     assert first.verdict == Verdict.passed, first.message + first.log_excerpt
-    sos = list((settings.data_dir / "builds").glob("*/kh_test_hardtanh/*.so"))
+    sos = list(settings.builds_dir.glob("*/kh_test_hardtanh/*.so"))
     assert len(sos) == 1
     built_at = sos[0].stat().st_mtime_ns
     ninja_log = sos[0].parent / ".ninja_log"  # a line per compile or link ninja ran in this build dir
@@ -357,7 +357,7 @@ def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(sett
     target = probe_device("cpu", settings)
     warmed = precompile(source, target, settings)
     assert warmed.ok, warmed.log_tail
-    (so,) = (settings.data_dir / "builds").glob("*/kh_test_precompiled/*.so")
+    (so,) = settings.builds_dir.glob("*/kh_test_precompiled/*.so")
     built_at = so.stat().st_mtime_ns
     from harness.problems import get_registry
 

@@ -22,6 +22,7 @@ def _run(settings, problem, name, **kw):
     return evaluate(get_registry().get(problem), (SUBMISSIONS / name).read_text(), EvalOptions(**kw), settings)
 
 
+@pytest.mark.long
 def test_cuda_load_inline_kernel_passes_with_window_timing_and_both_baselines(settings):
     r = _run(settings, "level2/30", "l30_cuda_correct.py", compile_baseline="on")
     print(f"\n[gpu] {r.verdict.value}: {r.message}")
@@ -36,6 +37,7 @@ def test_cuda_load_inline_kernel_passes_with_window_timing_and_both_baselines(se
     assert o.phases["kernel_trace"] < 1.0, o.phases
 
 
+@pytest.mark.long
 def test_a_kernel_inside_a_cuda_graph_is_traced_by_the_profiler_and_counts_as_the_submissions_own(settings):
     """A graph's launch names none of its kernels to CUPTI's launch callbacks: the torch profiler traces instead."""
     r = _run(settings, "level2/30", "l30_cuda_graph_correct.py", compile_baseline="off")
@@ -58,6 +60,7 @@ def test_illegal_memory_access_is_crashed_and_the_next_evaluation_is_unaffected(
     assert after.verdict == Verdict.passed, after.message
 
 
+@pytest.mark.long
 def test_hung_kernel_is_timeout_and_the_next_evaluation_is_unaffected(settings):
     t0 = time.monotonic()
     r = _run(settings, "level2/30", "l30_cuda_hung_kernel.py", run_timeout_s=10, timing=False)

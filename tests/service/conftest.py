@@ -18,9 +18,13 @@ REPO = Path(__file__).parents[2]
 
 @pytest.fixture
 def svc_settings(tmp_path, database_url) -> Settings:
-    """Quick CPU evaluations, short leases, no retry back-off."""
+    """Quick CPU evaluations, short leases, no retry back-off. On a GPU host the GPU suite's build cache
+    (HARNESS_TEST_DATA_DIR, where scripts/gpu-suite.sh builds every CUDA source the tests evaluate): a service
+    test's CUDA submission then waits for no nvcc of its own."""
+    shared = os.environ.get("HARNESS_TEST_DATA_DIR")
     return Settings(data_dir=tmp_path / "data", database_url=database_url, timing_windows_cpu=3, window_ms_cpu=20.0,
-                    lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0)
+                    lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0,
+                    build_cache_dir=Path(shared) / "builds" if shared else None)
 
 
 @pytest.fixture
@@ -42,6 +46,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
            "HARNESS_ALLOW_UNSAFE_SANDBOX": "1"}
     if settings.database_url:
         env["HARNESS_DATABASE_URL"] = settings.database_url
+    if settings.build_cache_dir:
+        env["HARNESS_BUILD_CACHE_DIR"] = str(settings.build_cache_dir)
     env.update(extra)
     return env
 

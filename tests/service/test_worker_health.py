@@ -88,6 +88,7 @@ def test_the_gpu_health_check_passes_on_a_healthy_gpu(svc_settings):
 
 
 @pytest.mark.gpu
+@pytest.mark.long
 def test_after_an_illegal_memory_access_the_gpu_is_healthy_for_the_next_job(svc_db, svc_settings):
     bad = submit(svc_db, (SUBMISSIONS / "l30_cuda_illegal_access.py").read_text(), problem="gemm-groupnorm-hardtanh")
     good = submit(svc_db, (SUBMISSIONS / "l75_pytorch_correct.py").read_text())
