@@ -55,6 +55,12 @@ class Settings(BaseSettings):
                     "while it evaluates the current one; 'auto' does so on GPU slots only: on a CPU slot the start "
                     "would share the cores the current evaluation is timed on.",
     )
+    warm_trusted_per_slot: int = Field(
+        default=6, ge=1,
+        description="Warm trusted processes a slot keeps, one per problem, size and device, the least recently used "
+                    "ended beyond: a batch mixing problems finds each warm again. Each waiting one holds its CUDA "
+                    "context and its Model (not its outputs) on the slot's GPU.",
+    )
     ready_bypass_limit: int = Field(
         default=8, ge=0,
         description="A worker's slot takes a ready job of the problem its trusted process is warm for ahead of "

@@ -7,9 +7,11 @@ verdict: every evaluation still draws its own secret seeds and fresh reference p
 as built is restored first), and the candidate's process is new each time. What must not outlive an
 evaluation (its expected outputs) is released before the next.
 
-`TrustedPool` holds at most one such process (a slot evaluates one thing at a time, and the reference's
-device memory is the candidate's to use); a different problem, size or device replaces it. A process that
-failed, timed out or was left mid-command is never kept.
+`TrustedPool` holds one such process per problem, size and device, up to `warm_trusted_per_slot` (the least
+recently used is ended beyond): a batch that mixes problems finds each warm again. Only one serves at a time (a
+slot evaluates one thing at a time); one waiting holds its CUDA context and its Model, not the last evaluation's
+outputs, so the device's memory stays the candidate's to use. A process that failed, timed out or was left
+mid-command is never kept.
 
 It also holds spare candidate processes (`SpareCandidate`): the next evaluation's, started ahead while the current
 one runs, confined as its own evaluation's would be. Each imports torch and waits: the submission is imported only
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import shutil
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,13 +99,13 @@ class SpareCandidate:
 
 
 class TrustedPool:
-    """At most one warm trusted process and MAX_SPARES spare candidates, for the evaluations of one slot, one after
-    another. The warm process is the evaluating thread's alone; spares may be added from another (a worker's
-    starter thread), so their list is locked."""
+    """Warm trusted processes (one per key, at most `warm_trusted_per_slot`) and MAX_SPARES spare candidates, for
+    the evaluations of one slot, one after another. The warm processes are the evaluating thread's alone; spares
+    may be added from another (a worker's starter thread), so their list is locked."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.warm: WarmTrusted | None = None
+        self.kept: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # least recently used first
         self.spares: list[SpareCandidate] = []  # oldest first
         self._spares_lock = threading.Lock()
         self.started = 0  # trusted processes started for this pool's evaluations
@@ -113,11 +116,11 @@ class TrustedPool:
         return artifacts.new_scratch_dir(self.settings, prefix="kh-trusted-")
 
     def take(self, key: tuple[Any, ...]) -> WarmTrusted | None:
-        """The warm process for `key`, now the caller's; None where there is none (one for another key is ended)."""
-        warm, self.warm = self.warm, None
+        """The warm process for `key`, now the caller's; None where there is none (or it has ended)."""
+        warm = self.kept.pop(key, None)
         if warm is None:
             return None
-        if warm.key != key or warm.trusted.proc.proc.poll() is not None:
+        if warm.trusted.proc.proc.poll() is not None:
             warm.close()
             return None
         self.reused += 1
@@ -125,10 +128,10 @@ class TrustedPool:
         return warm
 
     def keep(self, warm: WarmTrusted) -> None:
-        """Give the process back after an evaluation it served to the end: released, it waits for the next."""
-        if self.warm is not None:
-            self.warm.close()
-            self.warm = None
+        """Give the process back after an evaluation it served to the end: released, it waits for the next of its
+        key (the least recently used of the others is ended where they are too many)."""
+        if (other := self.kept.pop(warm.key, None)) is not None:
+            other.close()
         if not warm.trusted.in_sync:
             warm.close()
             return
@@ -139,7 +142,9 @@ class TrustedPool:
             warm.close()
             return
         warm.evaluations += 1
-        self.warm = warm
+        self.kept[warm.key] = warm
+        while len(self.kept) > max(1, self.settings.warm_trusted_per_slot):
+            self.kept.popitem(last=False)[1].close()
 
     def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
         """The spare candidate started for `key`, now the caller's; None where there is none, or it has ended. The
@@ -164,10 +169,9 @@ class TrustedPool:
             s.close()
 
     def close(self) -> None:
-        """End the warm process and the spare candidates, if any (a GPU fault, a worker stopping)."""
-        if self.warm is not None:
-            self.warm.close()
-            self.warm = None
+        """End the warm processes and the spare candidates, if any (a GPU fault, a worker stopping)."""
+        while self.kept:
+            self.kept.popitem()[1].close()
         with self._spares_lock:
             spares, self.spares = self.spares, []
         for s in spares:

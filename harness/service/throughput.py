@@ -149,6 +149,9 @@ class ModeReport(BaseModel):
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
     candidates_ahead: int = 0  # evaluations whose candidate's process was started ahead (during the one before)
+    # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead
+    # and its phases (observations.phases).
+    evaluations: list[dict[str, Any]] = []
 
     def trusted_warm_per_hour(self) -> float | None:
         """Evaluations an hour at the median wall of those with the trusted process warm; None where none was."""
@@ -200,6 +203,7 @@ class _Meter:
         self.extra_env = extra_env
         self.on_evaluation = on_evaluation  # (problem, seconds, result): as each evaluation ends
         self.evaluations: list[tuple[float, EvalResult | None]] = []
+        self.problems: list[str] = []  # each evaluation's, in the same order
         self.builds: list[float] = []
         self._lock = threading.Lock()
 
@@ -214,6 +218,7 @@ class _Meter:
             seconds = time.monotonic() - t0
             with self._lock:
                 self.evaluations.append((seconds, result))
+                self.problems.append(spec.kernelbench_id)
             if self.on_evaluation is not None:
                 self.on_evaluation(spec.kernelbench_id, seconds, result)
 
@@ -280,6 +285,11 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         trusted_warm_s=[round(secs, 3) for secs, r in meter.evaluations
                         if r is not None and r.observations.trusted_warm],
         candidates_ahead=sum(r is not None and r.observations.candidate_ahead for _, r in meter.evaluations),
+        evaluations=[{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
+                      "trusted_warm": bool(r and r.observations.trusted_warm),
+                      "candidate_ahead": bool(r and r.observations.candidate_ahead),
+                      "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()}}
+                     for p, (secs, r) in zip(meter.problems, meter.evaluations, strict=True)],
     )
 
 

@@ -35,7 +35,7 @@ def test_a_warm_trusted_process_serves_the_next_evaluation_of_the_problem_with_t
         registry, settings, pool):
     first = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
     assert first.verdict == Verdict.passed, first.message + first.log_excerpt
-    assert not first.observations.trusted_warm and pool.started == 1 and pool.warm is not None
+    assert not first.observations.trusted_warm and pool.started == 1 and len(pool.kept) == 1
     # Warm: no trusted start and no probe, and the honest submission still passes, the wrong one still fails.
     second = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
     assert second.verdict == Verdict.passed, second.message + second.log_excerpt
@@ -64,11 +64,20 @@ def test_the_warm_reference_is_the_state_as_built_each_time_not_the_last_evaluat
         assert _drawn(warm) == _drawn(cold)
 
 
-def test_another_problem_replaces_the_warm_process(registry, settings, pool):
-    _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
-    r = _run(registry, settings, "level2/75", "l75_pytorch_correct.py", pool)
-    assert r.verdict == Verdict.passed, r.message
-    assert not r.observations.trusted_warm and pool.started == 2 and pool.reused == 0
+def test_each_problem_keeps_a_warm_process_of_its_own_up_to_the_bound(registry, settings):
+    """Problems in turn (a mixed batch): each finds its own trusted process warm again; with room for one, the other
+    problem's evaluation ends it (the least recently used goes)."""
+    for room, warm_again in ((2, True), (1, False)):
+        pool = TrustedPool(settings.model_copy(update={"warm_trusted_per_slot": room}))
+        try:
+            _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+            other = _run(registry, settings, "level2/75", "l75_pytorch_correct.py", pool)
+            again = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+        finally:
+            pool.close()
+        assert other.verdict == again.verdict == Verdict.passed, (other.message, again.message)
+        assert not other.observations.trusted_warm and again.observations.trusted_warm == warm_again
+        assert pool.started == (2 if warm_again else 3) and pool.reused == (1 if warm_again else 0)
 
 
 def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monkeypatch):
@@ -83,7 +92,7 @@ def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monk
         m.setattr(runner._Evaluation, "judge", fail)
         r = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
     assert r.verdict == Verdict.infra_error and r.observations.trusted_warm
-    assert pool.warm is None  # ended, not kept
+    assert not pool.kept  # ended, not kept
     after = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
     assert after.verdict == Verdict.passed and not after.observations.trusted_warm and pool.started == 2
 
