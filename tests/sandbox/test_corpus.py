@@ -91,8 +91,10 @@ def test_honest_twin_passes_on_the_cpu(settings, problem, path, problems_dir):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("e", GPU_ENTRIES)
-def test_exploit_gets_its_verdict_on_the_gpu(settings, e):
-    r = _evaluate(settings, e.problem, e.fixture, "cuda", e.problems_dir)
+def test_exploit_gets_its_verdict_on_the_gpu(settings, e, warm_reference):
+    # Against a warm trusted process, as a worker's slot evaluates: one exploit after another, none may leave it
+    # anything that changes the next one's verdict.
+    r = _evaluate(settings, e.problem, e.fixture, "cuda", e.problems_dir, warm_reference)
     _show(f"CORPUS {e.name!r}", r)
     _check(e, r)
 
