@@ -63,9 +63,9 @@ class Settings(BaseSettings):
     )
     ready_bypass_limit: int = Field(
         default=8, ge=0,
-        description="A worker's slot takes a ready job of the problem its trusted process is warm for ahead of "
-                    "older ready jobs, each of which it passes over at most this many times (a warm evaluation is "
-                    "several times faster than a cold one); 0: first in, first out.",
+        description="A worker's slot takes a ready job of the problem it evaluates (its trusted process warm for "
+                    "it) ahead of older ready jobs, each of which it passes over at most this many times (a warm "
+                    "evaluation is several times faster than a cold one); 0: first in, first out.",
     )
 
     # Deadlines the parent enforces (seconds). Problem specs may raise compile/run limits.

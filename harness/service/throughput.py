@@ -348,7 +348,9 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
             continue
         if mode != "warm" and data_dir.exists() and any(data_dir.iterdir()):
             raise ValueError(f"{data_dir} is not empty: each mode needs a fresh build cache")
-        mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None})
+        # The mode's own database and build cache, whatever HARNESS_BUILD_CACHE_DIR shares elsewhere.
+        mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None,
+                                                    "build_cache_dir": None})
         if mode == "warm" and "pipelined" not in modes:  # the builds it evaluates again, made first, untimed
             prebuild(batch, mode_settings, slot, max(1, compile_workers), extra_env)
             if progress is not None:

@@ -382,7 +382,7 @@ class Worker:
         """While the slot evaluates a job and no next one waits started: take the next ready one and start its
         candidate's process ahead. The slot taking that one empties `upcoming` again, so each evaluation of a stream
         has the next started beside it (waiting instead for the slot to go idle, it missed each turn shorter than
-        its poll, back to back: on an H100 all but the first of a warm stream started cold)."""
+        its poll: in a warm stream on an H100, 1 of 7 evaluations had its candidate started ahead)."""
         while not ending.is_set() and not self._stop.is_set():
             if upcoming or not evaluating.wait(0.2):
                 time.sleep(0.05)

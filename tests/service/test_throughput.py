@@ -150,9 +150,11 @@ def test_the_warm_mode_alone_builds_first_untimed_and_evaluates_with_the_trusted
     pipelined mode's pool would have), then evaluates them problem by problem; all but the first with the trusted
     process warm. Its evaluations built nothing, so its import phase holds no build."""
     out, work = tmp_path / "report.json", tmp_path / "bench"
+    # A shared build cache set for the host is not the bench's: each mode builds into its own.
     p = subprocess.run(harness_cmd("bench", "throughput", "-n", "3", "--device", "cpu", "--modes", "warm",
                                    "--work-dir", str(work), "--json", str(out)),
-                       env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=900)
+                       env=service_env(svc_settings, COLUMNS="160", HARNESS_BUILD_CACHE_DIR=str(tmp_path / "host")),
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr
     (warm,) = throughput.ThroughputReport.model_validate_json(out.read_text()).modes
     assert warm.mode == "warm" and warm.verdicts == {"passed": 3} and len(warm.trusted_warm_s) == 2
