@@ -35,26 +35,6 @@ from harness.sandbox import runner  # noqa: E402
 from harness.sandbox.warm import TrustedPool  # noqa: E402
 
 
-def _windows(obs) -> dict:
-    """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
-    candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on the
-    parent's clock and its own), the hand-overs', and the waits for an idle GPU before the reference windows."""
-    out = {kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
-           for kind, t in (("candidate", obs.candidate_timing), ("eager", obs.eager_timing),
-                           ("compile", obs.compile_timing)) if t is not None and t.windows_ms}
-    if obs.gpu_idle_waits_ms:
-        out["gpu_idle_wait_max_ms"] = max(obs.gpu_idle_waits_ms)
-        out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in obs.gpu_idle_waits_ms)
-    if obs.timed_outputs is not None:
-        check = obs.timed_outputs
-        out["handovers"] = len(check.handover_ms)
-        for key in ("fingerprint_ms", "fingerprint_latency_ms", "reference_fingerprint_ms",
-                    "reference_fingerprint_own_ms", "handover_ms"):
-            values = getattr(check, key)
-            out[f"median_{key}"] = statistics.median(values) if values else None
-    return out
-
-
 def _summary(rows: list[dict], label: str) -> None:
     """Median seconds per phase and per trusted step over `rows` (the first, cold, included), and the A/A range."""
     names = sorted({k for r in rows for k in r["phases"]})
@@ -126,7 +106,7 @@ def main() -> int:
                    "warm": result.observations.trusted_warm, "import_s": result.observations.candidate_import_s,
                    "trusted_seconds": result.observations.trusted_seconds,
                    "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                   "phases": result.observations.phases, "windows": _windows(result.observations)}
+                   "phases": result.observations.phases, "windows": result.observations.window_costs()}
             rows.append(row)
             top = sorted(row["phases"].items(), key=lambda kv: -kv[1])[:6]
             print(f"{spec.kernelbench_id} {path.name} #{rep} rounds {w or 'default'} {value}: {wall:.1f} s "

@@ -6,6 +6,7 @@ verdict, so a stored result can be re-graded under another tolerance without a G
 
 from __future__ import annotations
 
+import statistics
 from datetime import datetime
 from typing import Any, Literal
 
@@ -275,6 +276,27 @@ class Observations(BaseModel):
     envelope: TimingEnvelope | None = None
     speed_of_light: SpeedOfLight | None = None
     log_tail: str = ""
+
+    def window_costs(self) -> dict[str, Any]:
+        """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
+        candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on
+        the parent's clock and its own), the hand-overs', and the waits for an idle GPU before the reference
+        windows. Diagnostics (benchmarks/phase_table.py, `harness bench throughput`'s records)."""
+        out: dict[str, Any] = {
+            kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
+            for kind, t in (("candidate", self.candidate_timing), ("eager", self.eager_timing),
+                            ("compile", self.compile_timing)) if t is not None and t.windows_ms}
+        if self.gpu_idle_waits_ms:
+            out["gpu_idle_wait_max_ms"] = max(self.gpu_idle_waits_ms)
+            out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in self.gpu_idle_waits_ms)
+        if self.timed_outputs is not None:
+            check = self.timed_outputs
+            out["handovers"] = len(check.handover_ms)
+            for key in ("fingerprint_ms", "fingerprint_latency_ms", "reference_fingerprint_ms",
+                        "reference_fingerprint_own_ms", "handover_ms"):
+                values = getattr(check, key)
+                out[f"median_{key}"] = statistics.median(values) if values else None
+        return out
 
 
 class Flag(BaseModel):

@@ -149,8 +149,8 @@ class ModeReport(BaseModel):
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
     candidates_ahead: int = 0  # evaluations whose candidate's process was started ahead (during the one before)
-    # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead
-    # and its phases (observations.phases).
+    # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead,
+    # its phases (observations.phases) and what its timed windows cost (Observations.window_costs).
     evaluations: list[dict[str, Any]] = []
 
     def trusted_warm_per_hour(self) -> float | None:
@@ -288,7 +288,8 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         evaluations=[{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
                       "trusted_warm": bool(r and r.observations.trusted_warm),
                       "candidate_ahead": bool(r and r.observations.candidate_ahead),
-                      "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()}}
+                      "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()},
+                      "windows": r.observations.window_costs() if r else {}}
                      for p, (secs, r) in zip(meter.problems, meter.evaluations, strict=True)],
     )
 

@@ -162,6 +162,8 @@ def test_the_warm_mode_alone_builds_first_untimed_and_evaluates_with_the_trusted
     assert [(e["problem"], e["verdict"], e["trusted_warm"]) for e in warm.evaluations] == \
         [("level2/30", "passed", False), ("level2/30", "passed", True), ("level2/30", "passed", True)]
     assert all(e["phases"]["timed_windows"] > 0 and e["seconds"] > 0 for e in warm.evaluations)
+    assert all(e["windows"]["candidate"]["calls"] >= 1 and e["windows"]["eager"]["median_window_ms"] > 0
+               for e in warm.evaluations)
     assert "warm: 2 evaluations with the trusted process warm" in p.stdout and "bar: warm evaluations" in p.stdout
     # Not a terminal: a line as the builds end and as each evaluation ends, so that a run cut off says how far it got.
     progress = [line.split(" done at ")[0] for line in p.stderr.splitlines() if " done at " in line]
