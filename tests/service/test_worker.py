@@ -150,9 +150,12 @@ def test_a_slot_takes_the_ready_jobs_of_the_problem_it_evaluates_first(svc_db, s
             time.sleep(0.5)  # every other job is claimed and built meanwhile
             return eval_result()
 
+        def precompile(text, *args, **kw):
+            time.sleep(0.05 * int(text[-1]))  # ready in the order queued, whichever compile thread wakes first
+            return PrecompileResult(True, 0.0, "")
+
         settings = svc_settings.model_copy(update={"ready_bypass_limit": limit})
-        worker = run_worker(svc_db, settings, compile_workers=4, evaluate_fn=evaluate,
-                            precompile_fn=lambda *a, **k: PrecompileResult(True, 0.0, ""))
+        worker = run_worker(svc_db, settings, compile_workers=4, evaluate_fn=evaluate, precompile_fn=precompile)
         assert worker.stats.completed == 4 and all(job_and_results(svc_db, i)[0].status == "done" for i in ids)
         return seen
 
