@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,8 +87,7 @@ def main() -> int:
     chosen = [varied[v] or settings for _, _, _, _, v in order]
     if args.prebuild:
         t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as builders:
-            built = list(builders.map(lambda text: runner.precompile(text, target, settings), set(texts)))
+        built = runner.precompile_all(sorted(set(texts)), target, settings)
         print(f"built {sum(b.ok for b in built)} of {len(built)} sources in {time.monotonic() - t0:.1f} s", flush=True)
     try:
         for i, (rep, spec, path, w, v) in enumerate(order):

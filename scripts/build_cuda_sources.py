@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.config import Settings  # noqa: E402
-from harness.sandbox.runner import precompile, probe_device  # noqa: E402
+from harness.sandbox.runner import precompile_all, probe_device  # noqa: E402
 
 
 def sources() -> list[Path]:
@@ -40,8 +39,7 @@ def main() -> int:
     target = probe_device("cuda", settings)
     paths = sources()
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = list(pool.map(lambda p: (p, precompile(p.read_text(), target, settings)), paths))
+    results = list(zip(paths, precompile_all([p.read_text() for p in paths], target, settings), strict=True))
     built = sum(r.ok for _, r in results)
     print(f"built {built} of {len(paths)} load_inline sources in {time.monotonic() - t0:.0f} s "
           f"({sum(r.seconds for _, r in results):.0f} s of builds)")

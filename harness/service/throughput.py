@@ -23,7 +23,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities
-from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile, precompile_all
 from harness.schema import EvalResult, Provenance
 from harness.service import reeval
 from harness.service.devices import Slot, plan_slots, probe
@@ -317,8 +316,7 @@ def prebuild(variants: list[Variant], settings: Settings, slot: Slot, workers: i
     """The variants built into `settings`' cache as the pipelined mode's compile pool builds them, untimed: what
     the warm mode evaluates when the pipelined mode did not run before it."""
     assert slot.target is not None
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda v: precompile(v.text, slot.target, settings, extra_env=extra_env), variants))
+    return precompile_all([v.text for v in variants], slot.target, settings, workers, extra_env=extra_env)
 
 
 def run_bench(variants: list[Variant], settings: Settings, registry: Registry, work_dir: Path, *, device: str,
