@@ -266,6 +266,7 @@ class ClaimedJob:
     max_attempts: int
     problem_id: str
     text: str
+    priority: int = 0  # the job's (fresh submissions 0, re-evaluations below)
 
 
 def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | None = None) -> ClaimedJob | None:
@@ -287,18 +288,18 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
         .values(status=JobStatus.compiling.value, claim_token=token, worker_id=worker_id,
                 attempts=Job.attempts + 1, claimed_at=now, heartbeat_at=now,
                 lease_expires_at=now + timedelta(seconds=lease_s))
-        .returning(Job.id, Job.submission_id, Job.attempts, Job.max_attempts)
+        .returning(Job.id, Job.submission_id, Job.attempts, Job.max_attempts, Job.priority)
         .execution_options(synchronize_session=False)
     ).one_or_none()
     if row is None:
         session.commit()
         return None
-    job_id, sub_id, attempts, max_attempts = row
+    job_id, sub_id, attempts, max_attempts, priority = row
     problem_id, text = session.execute(select(Submission.problem_id, Submission.text)
                                        .where(Submission.id == sub_id)).one()
     session.execute(update(Submission).where(Submission.id == sub_id).values(status=JobStatus.compiling.value))
     session.commit()
-    return ClaimedJob(job_id, token, sub_id, attempts, max_attempts, problem_id, text)
+    return ClaimedJob(job_id, token, sub_id, attempts, max_attempts, problem_id, text, priority)
 
 
 def heartbeat(session: Session, worker_id: str, claim_tokens: Iterable[str], lease_s: float) -> set[str]:

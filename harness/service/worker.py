@@ -127,7 +127,8 @@ class Worker:
         self._lock = threading.Lock()
         self._compile_q: queue.Queue[_Held] = queue.Queue()
         # A slot prefers the ready jobs of the problem it evaluates (its trusted process stays warm for them).
-        self._ready_q: ReadyJobs[_Held] = ReadyJobs(settings.ready_bypass_limit, _problem_of)
+        self._ready_q: ReadyJobs[_Held] = ReadyJobs(settings.ready_bypass_limit, _problem_of,
+                                                    rank=lambda h: h.claim.priority)
         self._warm_for: dict[str, tuple[str, int]] = {}  # slot name -> the problem it evaluates or last evaluated
         self._stop = threading.Event()
         self._done = threading.Event()  # run() has returned: the heartbeat may end

@@ -47,6 +47,7 @@ def test_claims_follow_priority_then_age_and_skip_backed_off_and_other_batches(d
         s.commit()
         got = [crud.claim_job(s, "w", 30) for _ in range(4)]
     assert [c.job_id if c else None for c in got] == [first, other_batch[0], low[0], None]
+    assert [c.priority for c in got[:3]] == [0, 0, -1]  # the worker's slots order what they hold by it too
     assert got[0].attempts == 1 and got[0].text.startswith("import torch")
     with db.session() as s:
         job = queries.get_job(s, first)

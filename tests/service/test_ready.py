@@ -52,3 +52,12 @@ def test_get_waits_for_a_job_then_gives_up_with_empty():
     assert time.monotonic() - t0 >= 0.2
     threading.Timer(0.1, ready.put, args=("a1",)).start()
     assert ready.get(5.0) == "a1" and len(ready) == 0
+
+
+def test_a_job_of_higher_priority_is_never_passed_over_and_comes_first():
+    """A fresh submission (priority 0) held beside re-evaluations (-1): the slot takes it first, even where
+    re-evaluations of the problem it evaluates wait older; among the re-evaluations the warm problem's go first."""
+    ready: ReadyJobs[tuple[str, int]] = ReadyJobs(8, key=lambda job: job[0][0], rank=lambda job: job[1])
+    for job in (("b1", -1), ("a1", -1), ("c1", 0), ("b2", -1)):
+        ready.put(job)
+    assert [ready.get(0.1, prefer="b")[0] for _ in range(4)] == ["c1", "b1", "b2", "a1"]
