@@ -57,8 +57,10 @@ def test_a_structural_failure_is_not_hidden_behind_a_static_flag(run_fixture):
 def test_windows_too_noisy_to_rank_pass_marked_timing_unreliable(settings):
     r = _run(settings, "level2/30", "erratic_timing_honest.py", compile_baseline="off")
     assert r.verdict == Verdict.passed, r.message
-    assert "timing_unreliable" in [f.check for f in r.flags]
-    assert r.observations.candidate_timing.spread > 0.10
+    (detail,) = [f.detail for f in r.flags if f.check == "timing_unreliable"]
+    # Marked for the candidate's own windows: spread over the limit, or sized down on its slow warm-up windows
+    # (on a loaded 2-core host its three timed windows once spread only 4%, and it was marked all the same).
+    assert "candidate" in detail, detail
 
 
 def test_a_tolerance_that_outputs_computing_nothing_pass_is_degenerate_and_the_result_unranked(settings):
