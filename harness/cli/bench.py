@@ -64,7 +64,8 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
         if m.trusted_warm_s:
             console.print(f"{m.mode}: {len(m.trusted_warm_s)} evaluations with the trusted process warm, median "
                           f"{statistics.median(m.trusted_warm_s):.2f} s each ({m.trusted_warm_per_hour():.0f} an "
-                          f"hour); {m.candidates_ahead} of {m.submissions} candidates started ahead", soft_wrap=True)
+                          f"hour); {sum(e['candidate_ahead'] for e in m.evaluations)} of {m.submissions} candidates "
+                          "started ahead", soft_wrap=True)
     if "warm" in by_mode:
         warm = by_mode["warm"]
         rate = warm.trusted_warm_per_hour() or warm.evals_per_hour

@@ -147,7 +147,6 @@ class ModeReport(BaseModel):
     # The slot's wall seconds of each evaluation whose trusted process was warm (an earlier evaluation of its problem
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
-    candidates_ahead: int = 0  # evaluations whose candidate's process was started ahead (during the one before)
     # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead,
     # its phases (observations.phases) and what its timed windows cost (Observations.window_costs).
     evaluations: list[dict[str, Any]] = []
@@ -201,8 +200,7 @@ class _Meter:
                  on_evaluation: Callable[[str, float, EvalResult | None], None] | None = None):
         self.extra_env = extra_env
         self.on_evaluation = on_evaluation  # (problem, seconds, result): as each evaluation ends
-        self.evaluations: list[tuple[float, EvalResult | None]] = []
-        self.problems: list[str] = []  # each evaluation's, in the same order
+        self.evaluations: list[tuple[str, float, EvalResult | None]] = []  # (problem, seconds, result)
         self.builds: list[float] = []
         self._lock = threading.Lock()
 
@@ -216,8 +214,7 @@ class _Meter:
         finally:
             seconds = time.monotonic() - t0
             with self._lock:
-                self.evaluations.append((seconds, result))
-                self.problems.append(spec.kernelbench_id)
+                self.evaluations.append((spec.kernelbench_id, seconds, result))
             if self.on_evaluation is not None:
                 self.on_evaluation(spec.kernelbench_id, seconds, result)
 
@@ -265,11 +262,11 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
             verdicts = Counter(res.verdict if res else "none" for _sub, res in queries.batch_results(s, batch))
     finally:
         db.dispose()
-    slot_s = sum(secs for secs, _ in meter.evaluations)
-    slot_import_s = sum(r.observations.candidate_import_s or 0.0 for _, r in meter.evaluations if r is not None)
+    slot_s = sum(secs for _, secs, _ in meter.evaluations)
+    slot_import_s = sum(r.observations.candidate_import_s or 0.0 for _, _, r in meter.evaluations if r is not None)
     device_s = max(0.0, slot_s - slot_import_s)
     phases: dict[str, float] = {}
-    for _, r in meter.evaluations:
+    for _, _, r in meter.evaluations:
         for name, secs in (r.observations.phases if r is not None else {}).items():
             phases[name] = phases.get(name, 0.0) + secs
     return ModeReport(
@@ -281,15 +278,14 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         evals_per_hour=len(variants) * 3600.0 / wall if wall > 0 else 0.0,
         children_cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         phases_s={k: round(v, 3) for k, v in phases.items()},
-        trusted_warm_s=[round(secs, 3) for secs, r in meter.evaluations
+        trusted_warm_s=[round(secs, 3) for _, secs, r in meter.evaluations
                         if r is not None and r.observations.trusted_warm],
-        candidates_ahead=sum(r is not None and r.observations.candidate_ahead for _, r in meter.evaluations),
         evaluations=[{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
                       "trusted_warm": bool(r and r.observations.trusted_warm),
                       "candidate_ahead": bool(r and r.observations.candidate_ahead),
                       "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()},
                       "windows": r.observations.window_costs() if r else {}}
-                     for p, (secs, r) in zip(meter.problems, meter.evaluations, strict=True)],
+                     for p, secs, r in meter.evaluations],
     )
 
 
