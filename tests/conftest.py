@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,18 +96,101 @@ def settings(tmp_path_factory) -> Settings:
                     correctness_trials=5, kill_grace_s=2.0)
 
 
-@pytest.fixture(scope="session")
-def warm_reference(settings):
-    """`warm_reference(problem_id)`: a trusted pool of that problem's own for the session (one warm trusted
-    process each, `harness/sandbox/warm.py`), as a worker's slot keeps one. The gpu tests that run one at a time
-    (the stage "alone") pay each reference's start, probe and build once per problem rather than once per test, and
-    test the warm path that a worker takes."""
-    from harness.sandbox.warm import TrustedPool
+class GpuSlot:
+    """The gpu tests' slot, as a worker's (harness/service/worker.py): its probed target, a warm trusted process of
+    each problem's own (`harness/sandbox/warm.py`), and the next test's candidate process started ahead. The tests
+    that run one at a time (the GPU suite's stage "alone") then pay each reference's start, probe and build once per
+    problem and each candidate's start beside the test before it, not in turn; and they test the path a worker
+    takes."""
 
-    pools: dict[str, TrustedPool] = {}
-    yield lambda problem_id: pools.setdefault(problem_id, TrustedPool(settings))
-    for pool in pools.values():
-        pool.close()
+    def __init__(self, settings: Settings, device: str = "cuda"):
+        self.settings, self.device = settings, device
+        self.pools: dict[str, Any] = {}
+        self._target = None
+
+    def target(self):
+        if self._target is None:
+            from harness.sandbox.runner import probe_device
+
+            self._target = probe_device(self.device, self.settings)
+        return self._target
+
+    def options(self, spec, **options) -> EvalOptions:
+        from harness.sandbox.warm import TrustedPool
+
+        pool = self.pools.setdefault(spec.id, TrustedPool(self.settings))
+        return EvalOptions(device=self.device, target=self.target(), trusted_pool=pool, **options)
+
+    def evaluate(self, spec, text: str, **options) -> EvalResult:
+        return evaluate(spec, text, self.options(spec, **options), self.settings)
+
+    def start_ahead(self, item) -> bool:
+        """Start the candidate process of `item`'s evaluation (see `evaluates`), if it is a gpu test that declares
+        one: it imports torch while this test evaluates, and `item` takes it (runner.prestart)."""
+        plan = planned_evaluation(item) if item is not None and "gpu" in item.keywords else None
+        if plan is None:
+            return False
+        from harness.sandbox import runner
+
+        spec, text, options = plan
+        return runner.prestart(spec, text, self.options(spec, **options), self.settings)
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+
+
+def evaluates(plan: Callable[..., tuple[Any, str, dict[str, Any]]]):
+    """Declares the one evaluation a gpu test makes on the session's slot: `plan(**its parameters)` gives the
+    problem's spec, the submission's text and the evaluation's options (besides device, target and pool). The test
+    takes the result as the fixture `evaluated`; the test before it starts its candidate's process ahead."""
+
+    def mark(test):
+        test.evaluation_plan = plan
+        return test
+
+    return mark
+
+
+def planned_evaluation(item) -> tuple[Any, str, dict[str, Any]] | None:
+    plan = getattr(getattr(item, "function", None), "evaluation_plan", None)
+    if plan is None:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    names = inspect.signature(plan).parameters
+    return plan(**{k: v for k, v in params.items() if k in names})
+
+
+_NEXT_ITEM = pytest.StashKey[Any]()
+_STARTED_AHEAD = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_NEXT_ITEM] = nextitem  # the test this process runs next, if known (None where it is the last)
+
+
+@pytest.fixture(scope="session")
+def gpu_slot(settings):
+    slot = GpuSlot(settings)
+    yield slot
+    slot.close()
+
+
+@pytest.fixture
+def evaluated(request, gpu_slot) -> EvalResult:
+    """This test's evaluation (declared with `evaluates`) on the session's GPU slot, the next test's candidate
+    started ahead beside it."""
+    plan = planned_evaluation(request.node)
+    assert plan is not None, f"{request.node.name} uses `evaluated` but declares no evaluation (@evaluates)"
+    nextitem = request.node.stash.get(_NEXT_ITEM, None)
+    if gpu_slot.start_ahead(nextitem):
+        nextitem.stash[_STARTED_AHEAD] = True
+    spec, text, options = plan
+    r = gpu_slot.evaluate(spec, text, **options)
+    if request.node.stash.get(_STARTED_AHEAD, False):  # the path a worker takes: it must be taken here
+        assert r.observations.candidate_ahead, "the candidate's process started ahead for this test was not used"
+    return r
 
 
 @pytest.fixture(scope="session")

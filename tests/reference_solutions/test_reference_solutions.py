@@ -15,16 +15,25 @@ from harness.problems import get_registry
 from harness.problems.spec import model_init_arg_names
 from harness.sandbox.problem_module import load_problem
 from harness.sandbox.protocol import ProblemLoad
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.submission import extract
 from harness.verdicts import Verdict
+
+from ..conftest import evaluates
 
 ROOT = Path(__file__).parents[2] / "reference_solutions"
 SPECS = get_registry().all()
 
 
+FULL_SIZE = {"size": "default", "compile_baseline": "off"}
+
+
 def solution(spec) -> Path:
     (path,) = ROOT.glob(f"level2_{spec.kernelbench_id.split('/')[1]}_*.py")
+    return path
+
+
+def tensor_core_solution(spec) -> Path:
+    (path,) = (ROOT / "tensor_cores").glob(f"level2_{spec.kernelbench_id.split('/')[1]}_*.py")
     return path
 
 
@@ -72,10 +81,10 @@ def test_solution_state_dict_matches_the_reference_names_shapes_and_seeded_value
 
 @pytest.mark.gpu
 @pytest.mark.alone
+@evaluates(lambda spec: (spec, solution(spec).read_text(), FULL_SIZE))
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kernelbench_id)
-def test_solution_passes_the_harness_at_full_size(spec, settings, warm_reference):
-    r = evaluate(spec, solution(spec).read_text(), EvalOptions(device="cuda", size="default", compile_baseline="off",
-                                                               trusted_pool=warm_reference(spec.id)), settings)
+def test_solution_passes_the_harness_at_full_size(spec, evaluated):
+    r = evaluated
     print(f"\n[gpu] {spec.kernelbench_id} {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message + "\n" + r.log_excerpt
     assert not r.flags, r.flags
@@ -84,13 +93,12 @@ def test_solution_passes_the_harness_at_full_size(spec, settings, warm_reference
 
 @pytest.mark.gpu
 @pytest.mark.alone
+@evaluates(lambda spec: (spec, tensor_core_solution(spec).read_text(), FULL_SIZE))
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.kernelbench_id)
-def test_tensor_core_solution_passes_at_full_size_at_fp32_error_and_1_8x_eager(spec, settings, warm_reference):
+def test_tensor_core_solution_passes_at_full_size_at_fp32_error_and_1_8x_eager(spec, evaluated):
     """The 3xTF32 solutions (reference_solutions/tensor_cores/): passed unflagged at 1e-4, error against float64 at
     most twice the fp32 reference's own (precision kept, not traded), at least 1.8x eager (issue 19's targets)."""
-    (path,) = (ROOT / "tensor_cores").glob(f"level2_{spec.kernelbench_id.split('/')[1]}_*.py")
-    r = evaluate(spec, path.read_text(), EvalOptions(device="cuda", size="default", compile_baseline="off",
-                                                     trusted_pool=warm_reference(spec.id)), settings)
+    r = evaluated
     print(f"\n[gpu] tensor cores {spec.kernelbench_id} {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message + "\n" + r.log_excerpt
     assert not r.flags, r.flags

@@ -15,6 +15,7 @@ from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult
 from harness.verdicts import Verdict
 
+from ..conftest import evaluates
 from .corpus import CORPUS, ROOT, Exploit
 
 CPU = [e for e in CORPUS if not e.gpu]
@@ -34,15 +35,17 @@ GPU_ENTRIES = [pytest.param(e, id=e.name, marks=[pytest.mark.alone] if e.verdict
 assert LONG.issubset(e.name for e in CORPUS), LONG - {e.name for e in CORPUS}
 
 
-def _evaluate(settings, problem: str, path: str, device: str, problems_dir: str | None = None,
-              warm_reference=None) -> EvalResult:
-    # No torch.compile baseline: it costs ~15 s an evaluation and no exploit here needs it.
-    text = (ROOT / path).read_text()
+def _plan(problem: str, path: str, problems_dir: str | None = None):
+    """What an entry's evaluation is made of. No torch.compile baseline: it costs ~15 s an evaluation and no exploit
+    here needs it."""
     spec = get_registry(ROOT / problems_dir if problems_dir else None).get(problem)
     size = "small" if "small" in spec.sizes else "default"
-    pool = warm_reference(spec.id) if warm_reference is not None else None
-    options = EvalOptions(device=device, size=size, compile_baseline="off", trusted_pool=pool)
-    return evaluate(spec, text, options, settings)
+    return spec, (ROOT / path).read_text(), {"size": size, "compile_baseline": "off"}
+
+
+def _evaluate_on_cpu(settings, problem: str, path: str, problems_dir: str | None = None) -> EvalResult:
+    spec, text, options = _plan(problem, path, problems_dir)
+    return evaluate(spec, text, EvalOptions(device="cpu", **options), settings)
 
 
 def _show(tag: str, r: EvalResult) -> None:
@@ -81,20 +84,21 @@ def _twin_passes(r: EvalResult, path: str) -> None:
 
 @pytest.mark.parametrize("e", CPU, ids=[e.name for e in CPU])
 def test_exploit_gets_its_verdict_on_the_cpu(settings, e):
-    _check(e, _evaluate(settings, e.problem, e.fixture, "cpu", e.problems_dir))
+    _check(e, _evaluate_on_cpu(settings, e.problem, e.fixture, e.problems_dir))
 
 
 @pytest.mark.parametrize(("problem", "path", "problems_dir"), CPU_TWINS, ids=[p for _, p, _ in CPU_TWINS])
 def test_honest_twin_passes_on_the_cpu(settings, problem, path, problems_dir):
-    _twin_passes(_evaluate(settings, problem, path, "cpu", problems_dir or None), path)
+    _twin_passes(_evaluate_on_cpu(settings, problem, path, problems_dir or None), path)
 
 
 @pytest.mark.gpu
+@evaluates(lambda e: _plan(e.problem, e.fixture, e.problems_dir))
 @pytest.mark.parametrize("e", GPU_ENTRIES)
-def test_exploit_gets_its_verdict_on_the_gpu(settings, e, warm_reference):
-    # Against a warm trusted process, as a worker's slot evaluates: one exploit after another, none may leave it
-    # anything that changes the next one's verdict.
-    r = _evaluate(settings, e.problem, e.fixture, "cuda", e.problems_dir, warm_reference)
+def test_exploit_gets_its_verdict_on_the_gpu(e, evaluated):
+    # As a worker's slot evaluates: against a warm trusted process, one exploit after another (none may leave it
+    # anything that changes the next one's verdict), its candidate's process started during the evaluation before.
+    r = evaluated
     _show(f"CORPUS {e.name!r}", r)
     _check(e, r)
 
@@ -102,8 +106,9 @@ def test_exploit_gets_its_verdict_on_the_gpu(settings, e, warm_reference):
 @pytest.mark.gpu
 @pytest.mark.alone
 @pytest.mark.parametrize(("problem", "path", "problems_dir"), TWINS, ids=[p for _, p, _ in TWINS])
-def test_honest_twin_passes_on_the_gpu(settings, problem, path, problems_dir, warm_reference):
-    r = _evaluate(settings, problem, path, "cuda", problems_dir or None, warm_reference)
+@evaluates(lambda problem, path, problems_dir: _plan(problem, path, problems_dir or None))
+def test_honest_twin_passes_on_the_gpu(problem, path, problems_dir, evaluated):
+    r = evaluated
     _show(f"TWIN {path}", r)
     _twin_passes(r, path)
 

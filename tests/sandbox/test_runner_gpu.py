@@ -11,7 +11,7 @@ from harness.problems import get_registry
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
-from ..conftest import SUBMISSIONS
+from ..conftest import SUBMISSIONS, evaluates
 
 pytestmark = pytest.mark.gpu
 
@@ -70,14 +70,18 @@ def test_hung_kernel_is_timeout_and_the_next_evaluation_is_unaffected(settings):
     assert after.verdict == Verdict.passed, after.message
 
 
-@pytest.mark.alone
-@pytest.mark.parametrize("problem", ["level2/75", "level2/62", "level2/37", "level2/94", "level2/30", "level2/88"])
-def test_pure_pytorch_reference_copy_passes_at_full_size(settings, problem, tmp_path, warm_reference):
-    """The reference's own forward, renamed ModelNew: must pass at 1e-4 with a speedup near 1."""
+def _reference_copy(problem: str):
     spec = get_registry().get(problem)
     source = spec.source().replace("class Model(", "class ModelNew(")
-    r = evaluate(spec, source, EvalOptions(device="cuda", size="default", compile_baseline="off",
-                                           trusted_pool=warm_reference(spec.id)), settings)
+    return spec, source, {"size": "default", "compile_baseline": "off"}
+
+
+@pytest.mark.alone
+@evaluates(_reference_copy)
+@pytest.mark.parametrize("problem", [s.kernelbench_id for s in get_registry().all()])
+def test_pure_pytorch_reference_copy_passes_at_full_size(problem, evaluated):
+    """The reference's own forward, renamed ModelNew: must pass at 1e-4 with a speedup near 1."""
+    r = evaluated
     print(f"\n[gpu] {problem} {r.verdict.value}: {r.message}")
     assert r.verdict == Verdict.passed, r.message
     assert 0.8 < r.speedup_vs_eager < 1.25
