@@ -61,6 +61,10 @@ class PrepareCommand(BaseModel):
     fresh_parameters: bool = True  # the reference's tensors drawn anew (see parameters)
     fixed_parameters: list[str] = []  # ... but these
     exchange_dir: Path
+    # The judge's tolerance, where known: the outputs that compute nothing are judged ahead under it
+    # (Trusted.trivial_ahead).
+    atol: float | None = None
+    rtol: float | None = None
 
 
 class JudgeCommand(BaseModel):

@@ -340,6 +340,7 @@ class _Evaluation:
             input_seed=self.input_seed,
             trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
             fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
+            atol=self.tolerance.atol, rtol=self.tolerance.rtol,
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)

@@ -147,6 +147,10 @@ class _Clock:
 IDLE_PROBE_S = 0.5e-3
 # Expected outputs and float64 ground truths kept in the device's memory from the prepare to the judge, at most.
 KEEP_BYTES = 8 << 30
+# How the outputs that compute nothing compare (`Trusted._trivial`) depends on the reference alone: it is judged
+# after the prepare's reply, while the candidate runs its trials, for trials whose expected outputs are kept and
+# at most this large (the comparisons' float64 temporaries then stay small beside the candidate's on the device).
+TRIVIAL_AHEAD_BYTES = 64 << 20
 
 
 class ExchangeSpace(RuntimeError):
@@ -213,6 +217,12 @@ class Trusted:
         self.initial_state: dict[str, torch.Tensor] | None = None
         self._built: tuple[str, str, int] | None = None
         self._peaks: dict[str, Any] | None = None
+        # The trivial outputs' figures judged ahead (`trivial_ahead`): under which tolerance, of which trials.
+        self.trivial_found: dict[str, dict[int, dict[str, Any]]] = {}
+        self.trivial_judged: tuple[tuple[float, float], set[int]] | None = None
+        self.trivial_ahead_s = 0.0
+        # Work a command leaves for after its reply (main() runs it before reading the next command).
+        self.after_reply: Any = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
         # How a command says something on the way to its reply (main() sets the channel's).
         self.notify: Any = lambda event, **fields: None
@@ -243,6 +253,7 @@ class Trusted:
         """Forget the evaluation just ended (its expected outputs and ground truth), give the device memory back
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
+        self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
         self.window_outputs = []
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -259,7 +270,8 @@ class Trusted:
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
         clock.lap("draw")
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        # A tensor of its own each (not a view into a shared storage): copied once, to the CPU, or cloned there.
+        state = {k: v.detach().cpu() if v.is_cuda else v.detach().clone() for k, v in model.state_dict().items()}
         cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
         torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
         # The candidate can construct its model now, beside the trials' inputs and outputs made next.
@@ -323,6 +335,9 @@ class Trusted:
         if self.device.type == "cuda":  # the prepare's temporaries (float64 copies) back to the driver: the
             torch.cuda.empty_cache()  # candidate shares this GPU (level1/41 at its own size ran out beside them)
         clock.lap("calibrate")
+        if cmd.atol is not None and cmd.rtol is not None and output_bytes <= TRIVIAL_AHEAD_BYTES:
+            tolerance = (cmd.atol, cmd.rtol)
+            self.after_reply = lambda: self.trivial_ahead(*tolerance)
         return {
             "seconds": clock.seconds,
             "device": self.device.type,
@@ -340,18 +355,47 @@ class Trusted:
             "reference_torch_flags": torchflags.snapshot(),
         }
 
+    def trivial_ahead(self, atol: float, rtol: float) -> None:
+        """How the outputs that compute nothing compare on the kept trials of the problem's own inputs, judged while
+        the candidate runs its trials (after the prepare's reply; `judge` judges the rest). A failure here is only
+        logged: the judge then judges them all, as it would have."""
+        t0 = time.perf_counter()
+        found: dict[str, dict[int, dict[str, Any]]] = {}
+        done: set[int] = set()
+        try:
+            tol = JudgeCommand(outputs_dir=Path("."), atol=atol, rtol=rtol)
+            for i, dist in enumerate(self.distributions):
+                if dist == "get_inputs" and not self.recompute[i]:
+                    self._trivial(found, self.expected[i], self.ground_truth[i], tol)
+                    done.add(i)
+            problem_module.synchronize(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        except Exception:
+            print(f"the trivial outputs judged ahead failed; the judge judges them:\n{traceback.format_exc()}",
+                  file=sys.stderr, flush=True)
+            return
+        if done:  # none where every trial's expected outputs are computed again at the judge
+            self.trivial_found, self.trivial_judged = found, ((atol, rtol), done)
+            self.trivial_ahead_s = time.perf_counter() - t0
+
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
         clock = _Clock(self.device)
         trials = []
-        found: dict[str, dict[int, dict[str, Any]]] = {}  # outputs that compute nothing: how they compare
+        # Outputs that compute nothing: how they compare (judged ahead where they could be, under this tolerance).
+        ahead = self.trivial_judged is not None and self.trivial_judged[0] == (cmd.atol, cmd.rtol)
+        found = copy.deepcopy(self.trivial_found) if ahead else {}
+        judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
         model64 = _float64_copy(self.model) if any(self.recompute) else None
         for i, dist in enumerate(self.distributions):
             exp, gt = self._trial_outputs(i, model64)
             trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
-            if dist == "get_inputs":  # the problem's own inputs decide what its tolerance means
-                self._trivial(found, exp, gt, cmd)
+            if dist == "get_inputs" and i not in judged_ahead:  # the problem's own inputs decide what the
+                self._trivial(found, exp, gt, cmd)  # tolerance means
             del exp, gt
         clock.lap("trials")
+        if judged_ahead:
+            clock.seconds["trivial_ahead"] = round(self.trivial_ahead_s, 4)
         determinism = self._determinism(cmd.outputs_dir)
         clock.lap("determinism")
         trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
@@ -675,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name in handlers:
                 model_cls, fn, reply = handlers[name]
                 chan.send(reply, **fn(model_cls.model_validate(raw)))
+                after, trusted.after_reply = trusted.after_reply, None
+                if after is not None:  # beside the candidate's work: the next command waits in the pipe meanwhile
+                    after()
             else:
                 chan.send("failed", error=f"unknown command {name!r}")
         except Exception as e:

@@ -23,15 +23,21 @@ def get_init_inputs():
 """
 
 
-def _judge(tmp_path, keep_bytes: int, monkeypatch, candidate_outputs):
-    """Prepare and judge with KEEP_BYTES at `keep_bytes`; the candidate's outputs are `candidate_outputs(side, i)`."""
+def _judge(tmp_path, keep_bytes: int, monkeypatch, candidate_outputs, ahead: tuple[float, float] | None = None):
+    """Prepare and judge with KEEP_BYTES at `keep_bytes`; the candidate's outputs are `candidate_outputs(side, i)`.
+    With `ahead` (atol, rtol) the prepare is told that tolerance, and its work after the reply runs before the
+    candidate's outputs are written (as in a trusted process, while the candidate runs its trials)."""
     monkeypatch.setattr(trusted, "KEEP_BYTES", keep_bytes)
     problem = tmp_path / "problem.py"
     problem.write_text(_DROPOUT_LINEAR)
     side = trusted.Trusted()
+    atol, rtol = ahead or (None, None)
     prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
-                                           draw_seed=7, input_seed=1234, trials=3, exchange_dir=tmp_path / "ex"))
-    outputs = tmp_path / f"out-{keep_bytes}"
+                                           draw_seed=7, input_seed=1234, trials=3, exchange_dir=tmp_path / "ex",
+                                           atol=atol, rtol=rtol))
+    if side.after_reply is not None:
+        side.after_reply()
+    outputs = tmp_path / f"out-{keep_bytes}-{ahead}"
     outputs.mkdir()
     for i in range(len(prepared["distributions"])):
         torch.save(candidate_outputs(side, i, prepared), outputs / output_file(i))
@@ -63,6 +69,35 @@ def test_expected_outputs_recomputed_at_the_judge_judge_as_the_kept_ones(tmp_pat
     assert judged["determinism"]["bitwise_equal"]
     kinds = {k["kind"] for k in judged["trivial"]}
     assert kinds == {"zeros", "constant", "row mean"}
+
+
+@pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
+def test_outputs_that_compute_nothing_judged_ahead_compare_as_judged_at_the_judge(tmp_path, monkeypatch, keep_bytes):
+    """Judged while the candidate runs its trials (the prepare told the tolerance), the trivial outputs' figures
+    are those the judge makes itself; under another tolerance, or recomputed expected outputs, the judge makes
+    them. A candidate that returns zeros is judged at the judge, as before."""
+    def zeros(side, i, prepared):
+        return torch.zeros_like(_reference(side, i, prepared))
+
+    def again_at_the_judge(side, tol=(1e-4, 1e-4)):  # the same outputs, nothing judged ahead
+        side.trivial_judged = None
+        return side.judge(JudgeCommand(outputs_dir=tmp_path / f"out-{keep_bytes}-{tol}", atol=1e-4, rtol=1e-4))
+
+    side, _, ahead = _judge(tmp_path, keep_bytes, monkeypatch, zeros, ahead=(1e-4, 1e-4))
+    assert (side.trivial_judged is not None) == (keep_bytes > 0)  # none kept: all judged at the judge
+    assert ("trivial_ahead" in ahead["seconds"]) == (keep_bytes > 0), ahead["seconds"]
+    plain = again_at_the_judge(side)
+    assert "trivial_ahead" not in plain["seconds"]
+    assert {k["kind"] for k in plain["trivial"]} == {"zeros", "constant", "row mean"}
+    assert ahead["trivial"] == plain["trivial"]
+    assert ahead["trials"] == plain["trials"] and ahead["trials"][0]["outputs"][0]["mismatches_at_eval_tolerance"]
+    side, _, other = _judge(tmp_path, keep_bytes, monkeypatch, zeros, ahead=(1e-2, 1e-2))  # not the judge's
+    assert "trivial_ahead" not in other["seconds"] and other["trivial"] == again_at_the_judge(side, (1e-2, 1e-2))[
+        "trivial"]
+    monkeypatch.setattr(trusted, "TRIVIAL_AHEAD_BYTES", 0)  # outputs too large to judge beside the candidate's
+    (tmp_path / "large").mkdir()
+    side, _, large = _judge(tmp_path / "large", keep_bytes, monkeypatch, zeros, ahead=(1e-4, 1e-4))
+    assert side.trivial_judged is None and "trivial_ahead" not in large["seconds"]
 
 
 @pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
