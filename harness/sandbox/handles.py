@@ -196,8 +196,12 @@ class Candidate:
         code = self.proc.proc.returncode
         self.exit.returncode = code
         self.exit.signal = None if self.exit.finished else describe_returncode(code)
+        at_end = None if self.proc.limit_exceeded else self.proc.count_disk_at_end()
         if self.proc.limit_exceeded:  # killed for a resource limit: that is why, whatever it did after
             self.exit.signal = f"{self.exit.signal or 'a signal'} from the harness for its {self.proc.limit_exceeded}"
+        elif at_end:  # over its share between the watcher's counts: the same verdict
+            self.exit.finished = False
+            self.exit.signal = f"the harness, counted at its end, for its {at_end}"
         elif self.proc.killed_by_parent and not self.exit.timed_out and not self.exit.finished:
             self.exit.signal = f"{self.exit.signal or 'a signal'} from the harness (it closed its channel but did " \
                                "not exit)"

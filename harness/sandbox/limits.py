@@ -107,13 +107,26 @@ def _chown_tree(path: Path, uid: int, gid: int, modes: tuple[int, int] | None = 
                 os.chmod(entry, modes[0] if stat.S_ISDIR(st.st_mode) else modes[1])
 
 
+class UncountedDir(Exception):
+    """A directory under a child's writable dirs that the parent cannot list: what lies there is out of its count."""
+
+
 def tree_bytes(paths: list[Path]) -> int:
+    """What the files and dirs under `paths` hold, each counted at its largest reading: its length, the blocks the
+    filesystem reports (a compressing one, ZFS's, reports a few KiB for 8 MiB of one byte, and its dirty data only
+    at the next sync), and at least one 4 KiB block (an empty file still takes an inode). A dir that vanishes while
+    it is walked counts nothing; one that cannot be read raises `UncountedDir`: the count must not fail open."""
+    def unreadable(e: OSError) -> None:
+        if not isinstance(e, FileNotFoundError):
+            raise UncountedDir(f"{e.filename}: {e.strerror}") from e
+
     total = 0
     for p in paths:
-        for dirpath, _dirnames, filenames in os.walk(p):
-            for name in filenames:
-                with contextlib.suppress(OSError):
-                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+        for dirpath, dirnames, filenames in os.walk(p, onerror=unreadable):
+            for name in dirnames + filenames:
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.lstat(os.path.join(dirpath, name))
+                    total += max(st.st_size, st.st_blocks * 512, 4096)
     return total
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from harness.sandbox.limits import Jail, SandboxError, tree_bytes
+from harness.sandbox.limits import Jail, SandboxError, UncountedDir, tree_bytes
 from harness.sandbox.protocol import MAX_MESSAGE_BYTES
 
 _EOF = object()
@@ -76,6 +76,7 @@ class ChildProcess:
         self.log_path = log_path
         self.jail = jail
         self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
+        self._at_end: str | None = None  # count_disk_at_end's finding ("" for none)
         # Its share of disk: the settings' own, plus what the harness asks it to keep (`allow_disk`).
         self.disk_limit = jail.disk_limit_bytes if jail is not None else None
         if jail is not None:
@@ -159,14 +160,30 @@ class ChildProcess:
     def _watch_disk(self, paths: list[Path]) -> None:
         """Disk has no rlimit: the parent measures the child's dirs and kills it past its share."""
         while not self._watch_stop.wait(0.5) and self.proc.poll() is None:
-            used, limit = tree_bytes(paths), self.disk_limit or 0
-            if used > limit:
-                self.limit_exceeded = f"disk: the child wrote {used // 2**20} MiB, over its {limit // 2**20} MiB"
+            excess = self._disk_excess(paths)
+            if excess:
+                self.limit_exceeded = excess
                 with contextlib.suppress(OSError):
                     self._log.write(f"\n[harness] killed: {self.limit_exceeded}\n".encode())
                     self._log.flush()
                 self.kill()
                 return
+
+    def count_disk_at_end(self) -> str | None:
+        """Count its disk once more, the process ended (or stopped): a child can go over its share and be done
+        before the watcher's next count. What it is over by, else None; counted once."""
+        if self._at_end is None:
+            writable = self.jail.writable if self.jail is not None and self.disk_limit else []
+            self._at_end = (self._disk_excess(writable) if writable else None) or ""
+        return self._at_end or None
+
+    def _disk_excess(self, paths: list[Path]) -> str | None:
+        try:
+            used = tree_bytes(paths)
+        except UncountedDir as e:  # it made a dir unreadable to the parent (one not root): count it as over
+            return f"disk: the child hid a dir from the parent's count of its disk ({e})"
+        limit = self.disk_limit or 0
+        return f"disk: the child wrote {used // 2**20} MiB, over its {limit // 2**20} MiB" if used > limit else None
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as chan:

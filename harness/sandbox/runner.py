@@ -457,6 +457,11 @@ class _Evaluation:
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
         draw = secrets.SystemRandom()
+
+        def phase(name: str) -> None:  # the timed rounds' time, split: the windows, and the checks between them
+            if r >= 0:
+                self.phases.end(name)
+
         for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
             # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), then
             # fixed: every timed window holds the same calls, the number its time is divided by.
@@ -476,22 +481,29 @@ class _Evaluation:
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
                     ms, said = self._candidate_window(seeds, forward, window_limit)
+                    phase("timed_windows")
                     if r >= 0:  # right after the window, so that nothing it left undone runs off the parent's clock
                         got = self._fingerprint(key, window_limit, check)
+                        phase("fingerprints")
                         # Whether this window is handed over is drawn only now that it has closed (the last, if none
                         # was).
                         if draw.random() < chance or (r == rounds - 1 and not check.expected):
                             self._handover(r, seeds, forward, check)
+                            phase("handovers")
                     self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's
+                    phase("pauses")
                 else:
                     self._wait_idle(device)
+                    phase("idle_waits")
                     timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0)
+                    phase("timed_windows")
                     if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
                         continue
                     ms, said = timed
                     if kind == "eager" and r >= 0:
                         reference = self._reference_fingerprint(key, check)
+                        phase("fingerprints")
                 walls[kind].append(ms)
                 seen[kind].append(said)
             if r >= 0:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+from harness.sandbox import limits
 from harness.sandbox.process import ChildProcess, scrubbed_env
 
 
@@ -55,3 +60,49 @@ def test_a_jail_without_cgroups_finds_its_processes_by_uid(tmp_path):
     jail = Jail(Settings(data_dir=tmp_path), untrusted=True, uid=os.getuid())
     assert os.getpid() in jail.processes()
     assert Jail(Settings(data_dir=tmp_path), untrusted=True).processes() == []  # no uid, no cgroup: its group only
+
+
+def test_the_disk_count_reads_what_a_file_holds_not_what_the_filesystem_says_it_takes(tmp_path):
+    """A child's disk share is counted in the bytes it wrote: a compressing filesystem (ZFS's) reports a few KiB of
+    blocks for 8 MiB of one repeated byte, and its unsynced data not at all. A sparse file stands in for that here:
+    100 MiB long, no blocks. Its honest twin, a file of 1 MiB written out, counts as 1 MiB (and its block)."""
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(100 * 2**20)
+    assert os.stat(sparse).st_blocks * 512 < 2**20  # what a block count alone would say
+    assert limits.tree_bytes([tmp_path]) >= 100 * 2**20
+    sparse.unlink()
+    (tmp_path / "honest").write_bytes(os.urandom(2**20))
+    assert 2**20 <= limits.tree_bytes([tmp_path]) <= 2**20 + 8192
+
+
+def _count_as(uid: int, top: Path) -> int:
+    """`tree_bytes` with the effective uid `uid` (root keeps its saved uid, to take its own back)."""
+    os.seteuid(uid)
+    try:
+        return limits.tree_bytes([top])
+    finally:
+        os.seteuid(0)
+
+
+def test_a_dir_the_parent_cannot_read_is_no_hiding_place_for_bytes():
+    """A parent that is not root counts a child of its own uid; the child can make a dir of its unreadable. The count
+    then fails closed (the watcher kills the child), it does not skip the dir. Run here as an unprivileged uid, the
+    counter and the files both its own; its twin, the same tree readable, is counted."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to count as another uid")
+    top = Path(tempfile.mkdtemp(prefix="kh-count-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        (top / "hidden").mkdir()
+        (top / "hidden" / "fill.bin").write_bytes(b"x" * 2**20)
+        for p in (top, top / "hidden", top / "hidden" / "fill.bin"):
+            os.chown(p, 65534, 65534)
+        assert _count_as(65534, top) >= 2**20
+        (top / "hidden").chmod(0)
+        assert _count_as(0, top) >= 2**20  # root reads it anyway
+        with pytest.raises(limits.UncountedDir, match="hidden"):
+            _count_as(65534, top)
+    finally:
+        (top / "hidden").chmod(0o700)
+        shutil.rmtree(top)
