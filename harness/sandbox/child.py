@@ -207,8 +207,9 @@ class _Session:
         mutated: list[tuple[int | None, list[int]]] = []
         with torch.no_grad():
             for i in [*range(cmd.trials), None]:  # then trial 0's inputs again: a racy read shows as a difference
+                # Mapped, not read: the copy to the device is the one copy (32 MB: 25 ms read, 8 ms mapped and copied).
                 inputs = problem_module.to_device(
-                    torch.load(self.req.exchange_dir / inputs_file(i or 0), weights_only=True), self.device)
+                    torch.load(self.req.exchange_dir / inputs_file(i or 0), weights_only=True, mmap=True), self.device)
                 out, out_changed, inputs_changed = checked_call(self.model, inputs, self.device,
                                                                 cmd.forward_seeds[i or 0])
                 if out_changed:

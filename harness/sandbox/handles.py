@@ -100,6 +100,7 @@ class Candidate:
         self.kill_grace_s = kill_grace_s
         self.exit = ChildExit(phase=Phase.compile)
         self.dismissed = False  # stopped by the harness before it constructed anything (invalid constructor)
+        self.ended = False  # `finish` has run
         self.channel_closed = False
         self.sent_at = 0.0
         self.import_command: Import | None = None
@@ -190,6 +191,9 @@ class Candidate:
 
     def finish(self) -> None:
         """End the process (its whole group), release the build dir, record how it ended. Idempotent."""
+        if self.ended:
+            return
+        self.ended = True
         if self.exit.finished or self.channel_closed:
             self.proc.wait_exit(self.kill_grace_s + 10)  # the pipe closes a moment before the process is reapable
         self.proc.kill()

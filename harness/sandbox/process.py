@@ -76,7 +76,6 @@ class ChildProcess:
         self.log_path = log_path
         self.jail = jail
         self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
-        self._at_end: str | None = None  # count_disk_at_end's finding ("" for none)
         # Its share of disk: the settings' own, plus what the harness asks it to keep (`allow_disk`).
         self.disk_limit = jail.disk_limit_bytes if jail is not None else None
         if jail is not None:
@@ -171,11 +170,10 @@ class ChildProcess:
 
     def count_disk_at_end(self) -> str | None:
         """Count its disk once more, the process ended (or stopped): a child can go over its share and be done
-        before the watcher's next count. What it is over by, else None; counted once."""
-        if self._at_end is None:
-            writable = self.jail.writable if self.jail is not None and self.disk_limit else []
-            self._at_end = (self._disk_excess(writable) if writable else None) or ""
-        return self._at_end or None
+        before the watcher's next count. What it is over by, else None."""
+        if self.disk_limit and self.jail is not None and self.jail.writable:
+            return self._disk_excess(self.jail.writable)
+        return None
 
     def _disk_excess(self, paths: list[Path]) -> str | None:
         try:

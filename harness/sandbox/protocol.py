@@ -97,12 +97,23 @@ class FingerprintCommand(BaseModel):
 
 
 class CheckHandoverCommand(BaseModel):
-    """Compare the candidate's handed-over outputs with the reference on the same seeds, element by element."""
+    """Compare the candidate's handed-over outputs with the reference on the same seeds, element by element. With
+    `defer`, only read them now (the bytes as they are at the hand-over) and compare them at `JudgeHandoversCommand`,
+    once the candidate's timed windows are over."""
 
     cmd: Literal["check_handover"] = "check_handover"
     files: list[Path]
     seeds: list[int]
     forward_seeds: list[int]
+    atol: float
+    rtol: float
+    defer: bool = False
+
+
+class JudgeHandoversCommand(BaseModel):
+    """Compare the hand-overs read with `defer`, in the order read; then forget them."""
+
+    cmd: Literal["judge_handovers"] = "judge_handovers"
     atol: float
     rtol: float
 

@@ -45,6 +45,7 @@ from harness.sandbox.protocol import (
     FingerprintCommand,
     Handover,
     JudgeCommand,
+    JudgeHandoversCommand,
     PrepareCommand,
     ProblemLoad,
     ReferenceWindowCommand,
@@ -202,6 +203,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 ev.time_windows(prepared)
                 ev.trace_kernels()
             ev.end_candidate()
+            ev.handovers_judged()
         except CandidateStopped:
             pass  # why is in obs: the grade says what it means
         except (TrustedFailed, ChildExited, ValidationError, KeyError) as e:
@@ -237,6 +239,8 @@ class _Evaluation:
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
         self.init_arg_count = 0  # the Model's init arguments, once the trusted side wrote them
         self.preparing = False  # the trusted side is still making the trials' inputs and outputs
+        self._deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
+        self.judging_handovers = False  # the trusted side is comparing them (`handovers_judged` collects it)
         self.distributions: list[str] = []
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
 
@@ -258,12 +262,14 @@ class _Evaluation:
 
     def _end_trusted(self) -> None:
         """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends.
-        One still preparing (the candidate stopped while it made the trials' inputs) is let finish first."""
-        if self.preparing and self.trusted is not None and self.keep_trusted:
-            try:
-                self.trusted.wait("prepared")
-            except TrustedFailed:
-                self.keep_trusted = False
+        One still at work (preparing, the candidate stopped while it made the trials' inputs; or comparing the
+        hand-overs, the evaluation cut short after the timed rounds) is let finish first."""
+        for busy, reply in ((self.preparing, "prepared"), (self.judging_handovers, "handovers_checked")):
+            if busy and self.trusted is not None and self.keep_trusted:
+                try:
+                    self.trusted.wait(reply)
+                except TrustedFailed:
+                    self.keep_trusted = False
         if self.warm is not None:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
@@ -448,7 +454,7 @@ class _Evaluation:
                                                    else [])
         walls: dict[str, list[float]] = {k: [] for k in kinds}
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
-        check = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
+        check = self.obs.timed_outputs = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
         most = windows.most_calls(io_bytes, device)
         by_eager = calls
         one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
@@ -513,7 +519,6 @@ class _Evaluation:
                 check.fingerprint_deviation += deviation
                 check.fingerprint_terms += terms
             self.phases.end("timing_warmup" if r < 0 else "timed_windows")
-        self.obs.timed_outputs = check
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         self.obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], window_ms)
@@ -529,6 +534,10 @@ class _Evaluation:
             min_bytes = max(variant.min_bytes or 0, prepared["output_bytes"])
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
+        if self._deferred:  # compared from now on, while the candidate is traced and ends (`handovers_judged`)
+            self.trusted.send(JudgeHandoversCommand(atol=self.tolerance.atol, rtol=self.tolerance.rtol
+                                                    ).model_dump(mode="json"))
+            self.judging_handovers = True
 
     def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float
                           ) -> tuple[float, dict[str, Any]]:
@@ -601,16 +610,41 @@ class _Evaluation:
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
         files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
+        # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
+        # kept for that stay within HANDOVER_BYTES; else compared now.
+        defer = (len(self._deferred) + len(picks)) * self.output_bytes <= windows.HANDOVER_BYTES
         checked = self.trusted.call(CheckHandoverCommand(
             files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
-            atol=self.tolerance.atol, rtol=self.tolerance.rtol).model_dump(mode="json"), "handover_checked")
+            atol=self.tolerance.atol, rtol=self.tolerance.rtol, defer=defer).model_dump(mode="json"),
+            "handover_checked")
         self._trusted_seconds("handover", checked)
-        for j, figures, path in zip(picks, checked["checks"], files, strict=True):
-            check.checked.append(window * calls + j)
-            check.calls.append(TrialFigures.model_validate({**figures, "trial": window * calls + j,
-                                                             "inputs": "timed window"}))
-            check.reported += path.exists()
+        check.reported += sum(path.exists() for path in files)
         artifacts.remove_files(self.cand_home / "outputs")
+        numbers = [window * calls + j for j in picks]
+        if defer:
+            self._deferred += numbers
+        else:
+            self._record_handover(numbers, checked["checks"])
+
+    def _record_handover(self, numbers: list[int], checks: list[dict[str, Any]]) -> None:
+        check = self.obs.timed_outputs
+        assert check is not None
+        for n, figures in zip(numbers, checks, strict=True):
+            check.checked.append(n)
+            check.calls.append(TrialFigures.model_validate({**figures, "trial": n, "inputs": "timed window"}))
+
+    def handovers_judged(self) -> None:
+        """The hand-overs read during the timed rounds and left to compare, compared: the trusted side did so while
+        the candidate's process was traced and ended."""
+        if not self.judging_handovers:
+            return
+        assert self.trusted is not None
+        judged = self.trusted.wait("handovers_checked").fields
+        self.judging_handovers = False
+        self._trusted_seconds("handover", judged)
+        numbers, self._deferred = self._deferred, []
+        self._record_handover(numbers, judged["checks"])
+        self.phases.end("handovers")
 
     def trace_kernels(self) -> None:
         """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost), unless
@@ -625,9 +659,11 @@ class _Evaluation:
             self.phases.end("kernel_trace")
 
     def end_candidate(self) -> None:
-        """The harness has all it asks of the candidate: its process should now exit on its own."""
+        """The harness has all it asks of the candidate: its process exits on its own, and is ended."""
         assert self.candidate is not None
         self.candidate.stop()
+        self.candidate.finish()
+        self.phases.end("candidate_exit")
 
     # --- helpers -------------------------------------------------------------------------------------------
 

@@ -38,12 +38,15 @@ from harness.sandbox.protocol import (
     CheckHandoverCommand,
     FingerprintCommand,
     JudgeCommand,
+    JudgeHandoversCommand,
     PrepareCommand,
     ReferenceWindowCommand,
     inputs_file,
     output_file,
 )
 from harness.schema import RTOL_GRID
+
+Judging = JudgeCommand | CheckHandoverCommand | JudgeHandoversCommand  # the commands that carry a tolerance
 
 
 def _driver_version() -> str | None:
@@ -224,6 +227,8 @@ class Trusted:
         # Work a command leaves for after its reply (main() runs it before reading the next command).
         self.after_reply: Any = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
+        # Hand-overs read with `defer` (their bytes, or why there are none; seed; forward seed), until judged.
+        self.handed_over: list[tuple[bytes | dict[str, Any], int, int]] = []
         # How a command says something on the way to its reply (main() sets the channel's).
         self.notify: Any = lambda event, **fields: None
 
@@ -254,7 +259,7 @@ class Trusted:
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
-        self.window_outputs = []
+        self.window_outputs, self.handed_over = [], []
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {}
@@ -469,11 +474,11 @@ class Trusted:
         except UntrustedFile as e:
             return {"file_error": str(e)}
 
-    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
         data = self._read(path)
         return data if isinstance(data, dict) else self._judge_bytes(data, exp, gt, cmd)
 
-    def _judge_bytes(self, data: bytes, exp: Any, gt: Any, cmd: JudgeCommand | CheckHandoverCommand) -> dict[str, Any]:
+    def _judge_bytes(self, data: bytes, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
         try:
             got, locations = self._unpickle(data)
         except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
@@ -499,8 +504,7 @@ class Trusted:
                    for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True))]
         return {"outputs": outputs}
 
-    def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None,
-                 cmd: JudgeCommand | CheckHandoverCommand) -> dict:
+    def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None, cmd: Judging) -> dict:
         fig: dict[str, Any] = {
             "index": index, "got_type": type(got).__name__,
             "expected_shape": list(exp.shape), "expected_dtype": str(exp.dtype).removeprefix("torch."),
@@ -593,22 +597,37 @@ class Trusted:
         return {"sums": sums, "scales": scales, "seconds": clock.seconds}
 
     def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
-        """The handed-over outputs against the reference on the same seeds, element by element."""
-        assert self.model is not None
+        """The handed-over outputs against the reference on the same seeds, element by element; with `defer`, only
+        read now and compared at `judge_handovers` (beside the candidate's kernel trace and exit)."""
         # Read first: the candidate's process runs on, and a file read after the reference's computation could
         # have been written after its "handed over".
         clock = _Clock(self.device)
-        handed = [self._read(path) for path in cmd.files]
+        handed = list(zip([self._read(path) for path in cmd.files], cmd.seeds, cmd.forward_seeds, strict=True))
         clock.lap("read")
+        if cmd.defer:
+            self.handed_over += handed
+            return {"checks": [], "seconds": clock.seconds}
+        checks = self._check_handed(handed, cmd)
+        clock.lap("judge")
+        return {"checks": checks, "seconds": clock.seconds}
+
+    def judge_handovers(self, cmd: JudgeHandoversCommand) -> dict[str, Any]:
+        clock = _Clock(self.device)
+        handed, self.handed_over = self.handed_over, []
+        checks = self._check_handed(handed, cmd)
+        clock.lap("judge")
+        return {"checks": checks, "seconds": clock.seconds}
+
+    def _check_handed(self, handed: list[tuple[bytes | dict[str, Any], int, int]], cmd: Judging) -> list[dict]:
+        assert self.model is not None
         checks = []
         with torch.no_grad():
-            for data, seed, forward_seed in zip(handed, cmd.seeds, cmd.forward_seeds, strict=True):
+            for data, seed, forward_seed in handed:
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 problem_module.manual_seed(forward_seed, self.device)
                 exp = self.model(*inputs)
                 checks.append(data if isinstance(data, dict) else self._judge_bytes(data, exp, None, cmd))
-        clock.lap("judge")
-        return {"checks": checks, "seconds": clock.seconds}
+        return checks
 
     def peaks(self) -> dict[str, Any]:
         """This device's memory bandwidth and tensor-core rate, measured once per process."""
@@ -696,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         "window": (ReferenceWindowCommand, trusted.window, "window_done"),
         "fingerprint": (FingerprintCommand, trusted.fingerprint, "fingerprinted"),
         "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
+        "judge_handovers": (JudgeHandoversCommand, trusted.judge_handovers, "handovers_checked"),
     }
     chan.send("ready")
     for line in sys.stdin:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.problems import get_registry
+from harness.sandbox import windows
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
@@ -17,12 +20,17 @@ def _run(settings, problem: str, name: str, **kw):
     return evaluate(get_registry().get(problem), (ADVERSARIAL / name).read_text(), EvalOptions(**kw), settings)
 
 
-def test_call_counting_fast_path_is_caught_by_checking_timed_outputs(settings):
+@pytest.mark.parametrize("deferred", [True, False])
+def test_call_counting_fast_path_is_caught_by_checking_timed_outputs(settings, monkeypatch, deferred):
+    """The hand-overs compared after the rounds (their bytes within HANDOVER_BYTES) or each at once (past it)."""
+    if not deferred:
+        monkeypatch.setattr(windows, "HANDOVER_BYTES", 0)
     r = _run(settings, "level2/30", "call_counting_fast_path.py")
     assert r.verdict == Verdict.flagged, r.message
     assert [f.check for f in r.flags] == ["timed_outputs"]
     check = r.observations.timed_outputs
     assert check.checked and all(c.outputs[0].max_abs_err > 1e-4 for c in check.calls)
+    assert len(check.calls) == check.expected == check.reported
 
 
 def test_honest_model_passes_the_timed_output_check(run_fixture):

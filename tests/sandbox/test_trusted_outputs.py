@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.sandbox import trusted
-from harness.sandbox.protocol import DETERMINISM_FILE, JudgeCommand, PrepareCommand, ProblemLoad, output_file
+from harness.sandbox import problem_module, trusted
+from harness.sandbox.protocol import (
+    DETERMINISM_FILE,
+    CheckHandoverCommand,
+    JudgeCommand,
+    JudgeHandoversCommand,
+    PrepareCommand,
+    ProblemLoad,
+    output_file,
+)
 
 _DROPOUT_LINEAR = """import torch
 class Model(torch.nn.Module):
@@ -161,3 +169,34 @@ def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
             assert sliced[key] == pytest.approx(value, rel=1e-9), key
     assert trusted.compare_figures(got, exp, None, torch.device("cpu"), 1e-4, 1e-4, slice_elems).keys() == \
         whole.keys() - {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64"}
+
+
+def test_hand_overs_read_now_and_compared_after_the_rounds_judge_as_compared_at_once(tmp_path):
+    """A hand-over's bytes are read as soon as the candidate says it handed them over; with `defer` they are compared
+    only once the timed rounds are over, beside the candidate's trace and exit. The figures are those of comparing at
+    once, for an honest output and a wrong one, and what the candidate writes into the files after the read counts
+    for nothing. Nothing deferred outlives the evaluation."""
+    problem = tmp_path / "problem.py"
+    problem.write_text(_DROPOUT_LINEAR)
+    side = trusted.Trusted()
+    side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42, draw_seed=7,
+                                input_seed=1234, trials=2, exchange_dir=tmp_path / "ex"))
+    seeds, forward_seeds = [11, 12], [21, 22]
+    files = [tmp_path / "handed-0.pt", tmp_path / "handed-1.pt"]
+    with torch.no_grad():
+        for path, seed, forward_seed, error in zip(files, seeds, forward_seeds, (0.0, 1e-2), strict=True):
+            inputs = problem_module.seeded_inputs(side.module, seed, side.device)
+            problem_module.manual_seed(forward_seed, side.device)
+            torch.save(side.model(*inputs) + error, path)
+    command = CheckHandoverCommand(files=files, seeds=seeds, forward_seeds=forward_seeds, atol=1e-4, rtol=1e-4)
+    at_once = side.check_handover(command)["checks"]
+    assert at_once[0]["outputs"][0]["mismatches_at_eval_tolerance"] == 0
+    assert at_once[1]["outputs"][0]["mismatches_at_eval_tolerance"] > 0
+    assert side.check_handover(command.model_copy(update={"defer": True}))["checks"] == []
+    for path in files:  # rewritten after the hand-over: too late
+        torch.save(torch.zeros(16, 32), path)
+    assert side.judge_handovers(JudgeHandoversCommand(atol=1e-4, rtol=1e-4))["checks"] == at_once
+    assert side.handed_over == []
+    side.check_handover(command.model_copy(update={"defer": True}))
+    side.release()
+    assert side.handed_over == []

@@ -97,6 +97,30 @@ def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monk
     assert after.verdict == Verdict.passed and not after.observations.trusted_warm and pool.started == 2
 
 
+def test_an_evaluation_cut_short_while_its_hand_overs_are_compared_keeps_its_trusted_process_in_step(
+        registry, settings, pool, monkeypatch):
+    """The hand-overs are compared after the timed rounds, while the candidate is traced and ends. Where the candidate
+    stops in its trace, the trusted side's answer is still collected: the process is kept warm and in step, and the
+    next evaluation gets its own answers, not the last one's."""
+    from harness.sandbox import runner
+    from harness.sandbox.handles import CandidateStopped
+
+    def stopped(self):
+        assert self.judging_handovers  # the comparison is under way
+        raise CandidateStopped
+
+    _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    with monkeypatch.context() as m:
+        m.setattr(runner._Evaluation, "trace_kernels", stopped)
+        cut = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert cut.verdict != Verdict.passed and cut.observations.trusted_warm
+    assert len(pool.kept) == 1 and pool.started == 1  # in step: kept
+    after = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+    assert after.verdict == Verdict.passed and after.observations.trusted_warm, after.message
+    check = after.observations.timed_outputs
+    assert check is not None and len(check.calls) == check.expected == check.reported
+
+
 def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluation_begins(registry, settings, pool):
     """The next evaluation's candidate process starts while the slot is busy: torch imported, no submission code.
     Its evaluation then waits only for the submission's own import, and gets the same verdicts."""
