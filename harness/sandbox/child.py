@@ -28,7 +28,8 @@ import torch.utils.cpp_extension
 from harness.sandbox import launches, parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
-    INIT_FILE,
+    INIT_ARGS_FILE,
+    PARAMETERS_FILE,
     REPLIES,
     CandidateCommand,
     CandidateRequest,
@@ -37,6 +38,7 @@ from harness.sandbox.protocol import (
     Fingerprint,
     Handover,
     Import,
+    LoadParameters,
     RunTrials,
     Trace,
     Window,
@@ -179,21 +181,28 @@ class _Session:
         if not isinstance(model_cls, type):
             self.chan.send("invalid", nonce=cmd.nonce, message="the module defines no class ModelNew after import")
             return None
-        init = torch.load(self.req.exchange_dir / INIT_FILE, weights_only=True, mmap=True)  # read as it is copied
+        init_args = torch.load(self.req.exchange_dir / INIT_ARGS_FILE, weights_only=True)["init_args"]
         try:
-            inspect.signature(model_cls).bind(*init["init_args"])
+            inspect.signature(model_cls).bind(*init_args)
         except TypeError as e:
             self.chan.send("invalid", nonce=cmd.nonce, message=f"ModelNew cannot be constructed with the problem's "
-                                                               f"{len(init['init_args'])} init arguments: {e}")
+                                                               f"{len(init_args)} init arguments: {e}")
             return None
         except ValueError:
             pass  # no introspectable signature: let the call decide
         torch.manual_seed(cmd.param_seed)
-        model = model_cls(*init["init_args"])
+        model = model_cls(*init_args)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ModelNew is not a torch.nn.Module (got {type(model).__name__})")
-        state = copy_matching_state(model, init["state_dict"])
-        self.model = model.to(self.device)
+        self.model = model
+        self.check_flags("construct")
+        return {"flag_changes": self.flag_changes}
+
+    def parameters(self, cmd: LoadParameters) -> dict[str, Any]:
+        assert self.model is not None
+        reference = torch.load(self.req.exchange_dir / PARAMETERS_FILE, weights_only=True, mmap=True)  # read as copied
+        state = copy_matching_state(self.model, reference["state_dict"])
+        self.model = self.model.to(self.device)
         self.check_flags("construct")
         self.problem = problem_module.load_problem(self.req.problem)
         self.flush = timing.l2_flush_buffer(self.device)
@@ -247,8 +256,9 @@ class _Session:
             return {"names": None, "error": f"{type(e).__name__}: {e}"[:500]}
 
 
-_COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "trials": RunTrials, "window": Window,
-                                                "fingerprint": Fingerprint, "handover": Handover, "trace": Trace}
+_COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
+                                                "trials": RunTrials, "window": Window, "fingerprint": Fingerprint,
+                                                "handover": Handover, "trace": Trace}
 
 
 def run(req: CandidateRequest, chan: Channel) -> None:
@@ -274,7 +284,8 @@ def run(req: CandidateRequest, chan: Channel) -> None:
                 return  # "exit", or the parent stopped this evaluation
             raw = json.loads(line)
             cmd = _COMMANDS[raw["cmd"]].model_validate(raw)
-            phase = {"construct": Phase.compile, "trials": Phase.correctness}.get(cmd.cmd, Phase.timing)
+            phase = {"construct": Phase.compile, "parameters": Phase.compile,
+                     "trials": Phase.correctness}.get(cmd.cmd, Phase.timing)
             reply = getattr(session, cmd.cmd)(cmd)
             if reply is None:
                 return

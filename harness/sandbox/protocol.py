@@ -22,9 +22,11 @@ from harness.schema import StateDictCopy
 
 MAX_MESSAGE_BYTES = 1 << 20
 
-# The exchange: the trusted side writes the init file and the trials' inputs into the exchange dir (the
-# candidate reads them); the candidate writes its outputs into its own outputs dir (the trusted side reads them).
-INIT_FILE = "init.pt"
+# The exchange: the trusted side writes the Model's init arguments, then the reference's parameters, then the trials'
+# inputs into the exchange dir (the candidate reads them); the candidate writes its outputs into its own outputs dir
+# (the trusted side reads them).
+INIT_ARGS_FILE = "init_args.pt"
+PARAMETERS_FILE = "parameters.pt"
 DETERMINISM_FILE = "det.pt"
 
 
@@ -127,7 +129,7 @@ class CandidateRequest(BaseModel):
     submission_path: Path
     problem: ProblemLoad
     device: Literal["cpu", "cuda"]
-    exchange_dir: Path  # INIT_FILE and inputs_file(i), from the trusted side
+    exchange_dir: Path  # INIT_ARGS_FILE, PARAMETERS_FILE and inputs_file(i), from the trusted side
     outputs_dir: Path
 
 
@@ -148,11 +150,18 @@ class Import(CandidateCommand):
 
 
 class Construct(CandidateCommand):
-    """After 'imported': the exchange dir is complete; construct ModelNew under `param_seed` (the reference Model's,
-    KernelBench's rule) and copy the reference's state."""
+    """After 'imported', once INIT_ARGS_FILE is written: construct ModelNew from it under `param_seed` (the reference
+    Model's, KernelBench's rule), while the trusted side writes the reference's parameters."""
 
     cmd: Literal["construct"] = "construct"
     param_seed: int
+
+
+class LoadParameters(CandidateCommand):
+    """After 'constructed', once PARAMETERS_FILE is written: copy the reference's tensors into the model (by name,
+    then by shape: parameters.match) and move it to the device."""
+
+    cmd: Literal["parameters"] = "parameters"
 
 
 class RunTrials(CandidateCommand):
@@ -195,8 +204,8 @@ class Trace(CandidateCommand):
     cmd: Literal["trace"] = "trace"
 
 
-REPLIES = {"import": "imported", "construct": "constructed", "trials": "trials_done", "window": "window_done",
-           "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced"}
+REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trials": "trials_done",
+           "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol
@@ -205,7 +214,7 @@ class _Reply(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class ConstructedReply(_Reply):
+class ParametersReply(_Reply):
     state_dict: StateDictCopy | None = None
 
 
@@ -223,7 +232,7 @@ class TracedReply(_Reply):
     error: str | None = None
 
 
-REPLY_MODELS: dict[str, type[_Reply]] = {"constructed": ConstructedReply, "trials_done": TrialsReply,
+REPLY_MODELS: dict[str, type[_Reply]] = {"parameters_loaded": ParametersReply, "trials_done": TrialsReply,
                                          "fingerprinted": FingerprintedReply, "traced": TracedReply}
 
 

@@ -46,6 +46,7 @@ from harness.sandbox.protocol import (
     Handover,
     JudgeCommand,
     JudgeHandoversCommand,
+    LoadParameters,
     PrepareCommand,
     ProblemLoad,
     ReferenceWindowCommand,
@@ -185,8 +186,9 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     The candidate's process starts as soon as its target (device, arch, versions: what its build dir is keyed
     by) is known: ahead of the evaluation (`spare`, see `prestart`), at once when the caller gives it
     (`options.target`, a worker's probed slot), else right after the trusted child's probe. It imports while the
-    trusted child prepares the problem, and constructs the model only once the parameters and inputs are written
-    and the constructor check has passed, while the trusted side goes on to the trials' inputs and outputs.
+    trusted child prepares the problem. It constructs the model once the init arguments are written and the constructor
+    check has passed, while the trusted side draws the parameters, and takes them while the trusted side goes on to
+    the trials' inputs and outputs.
     """
     ev = _Evaluation(spec, source, options, settings, tolerance, obs, job, spare)
     with artifacts.scratch_dir(settings, spare.work if spare is not None else None) as work, ev.open(work):
@@ -351,7 +353,7 @@ class _Evaluation:
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
         self.preparing = True
-        self.init_arg_count = int(self.trusted.wait("init_written", final=False).fields["init_arg_count"])
+        self.init_arg_count = int(self.trusted.wait("init_args_written", final=False).fields["init_arg_count"])
         self.phases.end("reference_init")
 
     def prepared(self) -> dict[str, Any]:
@@ -402,11 +404,17 @@ class _Evaluation:
             return False
 
     def construct(self) -> None:
-        assert self.candidate is not None
-        reply = self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
+        """The candidate constructs its model while the trusted side draws the reference's parameters and writes them;
+        then it takes them."""
+        assert self.candidate is not None and self.trusted is not None
+        self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
-        self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
         self.phases.end("candidate_construct")
+        self.trusted.wait("parameters_written", final=False)
+        self.phases.end("reference_parameters")
+        reply = self.candidate.request(LoadParameters(), self.run_limit, Phase.compile)
+        self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
+        self.phases.end("candidate_parameters")
 
     def run_trials(self) -> None:
         assert self.candidate is not None

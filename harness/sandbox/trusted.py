@@ -33,7 +33,8 @@ import harness
 from harness.sandbox import parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
-    INIT_FILE,
+    INIT_ARGS_FILE,
+    PARAMETERS_FILE,
     Channel,
     CheckHandoverCommand,
     FingerprintCommand,
@@ -271,16 +272,19 @@ class Trusted:
         clock.lap("build")
         assert self.model is not None
         init_args, model = self.init_args, self.model
+        cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
+        torch.save({"init_args": init_args}, cmd.exchange_dir / INIT_ARGS_FILE)
+        # The candidate can construct its model now (on the host, most of its time), beside the parameters drawn next.
+        self.notify("init_args_written", init_arg_count=len(init_args))
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
         clock.lap("draw")
         # A tensor of its own each (not a view into a shared storage): copied once, to the CPU, or cloned there.
         state = {k: v.detach().cpu() if v.is_cuda else v.detach().clone() for k, v in model.state_dict().items()}
-        cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
-        torch.save({"init_args": init_args, "state_dict": state}, cmd.exchange_dir / INIT_FILE)
-        # The candidate can construct its model now, beside the trials' inputs and outputs made next.
-        self.notify("init_written", init_arg_count=len(init_args))
+        torch.save({"state_dict": state}, cmd.exchange_dir / PARAMETERS_FILE)
+        # The candidate can take them now, beside the trials' inputs and outputs made next.
+        self.notify("parameters_written")
         model64 = _float64_copy(self.model)
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
@@ -296,8 +300,8 @@ class Trusted:
         kept_bytes, output_bytes, output_shapes = 0, 0, []
         with torch.no_grad():
             for i in range(len(distributions)):
-                inputs = self._trial_inputs(i)  # on the CPU, as KernelBench makes them
-                on_device = problem_module.to_device(inputs, self.device)
+                on_device = self._trial_inputs(i)
+                inputs = problem_module.to_device(on_device, torch.device("cpu"))  # as made: saved for the candidate
                 problem_module.synchronize(self.device)
                 t0 = time.perf_counter()
                 problem_module.manual_seed(forward_seeds[i], self.device)
@@ -409,10 +413,14 @@ class Trusted:
         return {"trials": trials, "determinism": determinism, "trivial": trivial, "seconds": clock.seconds}
 
     def _trial_inputs(self, i: int) -> list[Any]:
-        """Trial i's inputs, on the CPU, from its seed (the same every time they are made)."""
-        torch.manual_seed(self._trial_seeds[0] + i)
-        inputs = list(self.module.get_inputs())
-        return problem_module.redistribute(inputs) if self.distributions[i] != "get_inputs" else inputs
+        """Trial i's inputs from its seed (the same every time they are made), made on the device as a timed window's
+        are: get_inputs() on the host is slow (level2/75's torch.rand(1024, 8192): 92 ms on a 2-core VM, each trial)."""
+        problem_module.manual_seed(self._trial_seeds[0] + i, self.device)
+        with self.device:
+            inputs = list(self.module.get_inputs())
+            if self.distributions[i] != "get_inputs":
+                inputs = problem_module.redistribute(inputs)
+        return problem_module.to_device(inputs, self.device)
 
     def _trial_outputs(self, i: int, model64: torch.nn.Module | None) -> tuple[Any, Any]:
         """Trial i's expected output and float64 ground truth: kept since the prepare, or computed again on the same

@@ -57,13 +57,15 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert r.problem.id == "gemm-groupnorm-min-biasadd" and r.problem.size == "small"
     # Where the wall time went, phase by phase in the order the parent waited for them, adding up to the
     # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
-    # preparation runs during its import; the candidate constructs while the trusted side makes the trials.
+    # preparation runs during its import; the candidate constructs while the trusted side draws the parameters, and
+    # takes them while it makes the trials.
     # The timed rounds' time is split into the windows and the checks between them, in the order the first round
     # drew its kinds.
     names = list(o.phases)
-    assert names[:9] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
-                         "reference_prepare", "candidate_trials", "judge", "timing_warmup"]
-    assert set(names[9:-3]) == {"timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
+    assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
+                          "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
+                          "judge", "timing_warmup"]
+    assert set(names[11:-3]) == {"timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
