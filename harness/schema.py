@@ -55,6 +55,12 @@ class OutputFigures(BaseModel):
     ref_err_vs_fp64: float | None = None
     rel_l2_vs_fp64: float | None = None  # ||a-g|| / ||g||
     ref_rel_l2_vs_fp64: float | None = None
+    # An element is within the tolerance when it is within it of the fp32 reference b or of the float64 truth g: the
+    # reference's own rounding (a long sum, then a normalisation that magnifies it) can put a correct element outside
+    # the tolerance of b. The figures of that rule, where there is a truth (grading.within_tolerance):
+    max_rel_err_or_fp64: float | None = None  # max over elements of min(|a-b| / (1+|b|), |a-g| / (1+|g|))
+    min_atol_at_rtol_or_fp64: dict[str, float] | None = None  # max of min(|a-b| - rtol*|b|, |a-g| - rtol*|g|), >= 0
+    fp64_only_at_eval_tolerance: int | None = None  # elements outside the tolerance of b, within it of g
 
 
 class TrialFigures(BaseModel):

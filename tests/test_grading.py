@@ -63,6 +63,67 @@ def test_stored_figures_never_pass_what_allclose_fails(seed):
             assert within_tolerance(fig, tol) == _allclose(pairs, tol)  # exact on the grid and on atol == rtol
 
 
+def _figures_with_truth(triples: list[tuple[float, float, float]]) -> OutputFigures:
+    """Figures for elementwise (got, expected, float64 truth) triples, the rule "within the tolerance of the
+    reference or of the truth" included, as the judge records them."""
+    fig = _figures([(a, b) for a, b, _ in triples])
+    fig.max_rel_err_or_fp64 = max(min(abs(a - b) / (1 + abs(b)), abs(a - g) / (1 + abs(g))) for a, b, g in triples)
+    fig.min_atol_at_rtol_or_fp64 = {f"{r:g}": max(max(min(abs(a - b) - r * abs(b), abs(a - g) - r * abs(g)), 0.0)
+                                                  for a, b, g in triples) for r in RTOL_GRID}
+    return fig
+
+
+def _either_close(triples, tol: Tolerance) -> bool:
+    return all(abs(a - b) <= tol.atol + tol.rtol * abs(b) or abs(a - g) <= tol.atol + tol.rtol * abs(g)
+               for a, b, g in triples)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stored_figures_never_pass_an_element_within_the_tolerance_of_neither_reference_nor_truth(seed):
+    """The reference is off its float64 truth by its own rounding; the candidate by its own. What the stored figures
+    pass, every element passes against one of the two; exactly so on the grid of rtols and where atol == rtol."""
+    rng = random.Random(seed)
+    triples = []
+    for _ in range(200):
+        g = rng.uniform(-50, 50)
+        b = g + rng.gauss(0, 10 ** rng.uniform(-7, -3))
+        triples.append((g + rng.gauss(0, 10 ** rng.uniform(-7, -2)), b, g))
+    fig = _figures_with_truth(triples)
+    for _ in range(50):
+        tol = Tolerance(atol=10 ** rng.uniform(-6, -1), rtol=rng.choice([0.0, 10 ** rng.uniform(-6, -1)]))
+        if within_tolerance(fig, tol):
+            assert _either_close(triples, tol), tol
+        if tol.atol == tol.rtol or f"{tol.rtol:g}" in fig.min_atol_at_rtol_or_fp64:
+            assert within_tolerance(fig, tol) == _either_close(triples, tol)
+
+
+def test_between_grid_points_the_truths_rule_takes_the_lower_points_figure_not_a_chord():
+    """max over elements of min(two errors) is not convex in rtol: a chord between grid points could lie under it and
+    pass an element within the tolerance of neither. Here the chord at rtol 5e-4 says 1.7e-4, the figure at 1e-4
+    says 3e-4: at atol 2e-4 it fails."""
+    table = {"0": 3e-4, "1e-05": 3e-4, "0.0001": 3e-4, "0.001": 0.0, "0.01": 0.0, "0.1": 0.0}
+    fig = _figures([(1.0, 1.0 + 5e-3)]).model_copy(update={"max_rel_err_or_fp64": 3e-4,
+                                                          "min_atol_at_rtol_or_fp64": table})
+    assert not within_tolerance(fig, Tolerance(atol=2e-4, rtol=5e-4))
+    assert within_tolerance(fig, Tolerance(atol=1e-9, rtol=1e-3))
+
+
+def test_an_element_within_the_tolerance_of_the_truth_passes_and_the_message_says_so():
+    """Two fp32 orders of one long sum, then a normalisation: the reference is 1.5e-4 off the truth at one element,
+    the candidate 0.3e-4 the other way. Against the reference alone it would fail; it passes, saying why. Results
+    stored before the truth's figures are graded against the reference alone, and a NaN is never rescued."""
+    tol = Tolerance(atol=1e-4, rtol=1e-4)
+    fig = _figures_with_truth([(0.5 - 0.3e-4, 0.5 + 1.5e-4, 0.5), (2.0, 2.0, 2.0)])
+    g = grade(_obs(fig), tol)
+    assert g.verdict == Verdict.passed, g.message
+    assert "trial 0 within the tolerance of the float64 truth" in g.message
+    stored_before = fig.model_copy(update={"max_rel_err_or_fp64": None, "min_atol_at_rtol_or_fp64": None})
+    assert grade(_obs(stored_before), tol).verdict == Verdict.wrong_answer
+    assert grade(_obs(fig.model_copy(update={"nonfinite_mismatches": 1})), tol).verdict == Verdict.wrong_answer
+    closer_to_neither = _figures_with_truth([(0.5 + 4e-4, 0.5 + 1.5e-4, 0.5)])
+    assert grade(_obs(closer_to_neither), tol).verdict == Verdict.wrong_answer
+
+
 def test_required_atol_is_exact_on_the_grid():
     pairs = [(1.0, 1.001), (10.0, 10.05)]
     fig = _figures(pairs)

@@ -109,6 +109,10 @@ CORPUS: tuple[Exploit, ...] = (
             "torch numerics flags snapshotted after import, construction and the trials", HONEST),
     Exploit("precision downgrade to bf16", A + "precision_downgrade_bf16.py", "wrong_answer", None,
             "fp32 tolerance 1e-4; error vs float64 next to the reference's own (precision_below_fp32)", HONEST),
+    Exploit("the reference's own rounding, made coarser", A + "coarser_than_reference.py", "wrong_answer", None,
+            "an element passes within the tolerance of the fp32 reference or of its float64 truth, never by the "
+            "reference's own error: the exact twin passes where the reference rounds", S + "l150_exact.py",
+            problem="level1/150", problems_dir="tests/fixtures/problems"),
     Exploit("constant output", A + "constant_output.py", "wrong_answer", None,
             "elementwise tolerance against the reference on 5 random inputs", HONEST),
     Exploit("input-range shortcut", A + "input_range_shortcut.py", "wrong_answer", None,

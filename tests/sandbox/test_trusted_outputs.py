@@ -3,9 +3,12 @@ one trial at a time past that. In this process, on the CPU, with the module's ow
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from harness import grading
 from harness.sandbox import problem_module, trusted
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
@@ -16,6 +19,7 @@ from harness.sandbox.protocol import (
     ProblemLoad,
     output_file,
 )
+from harness.schema import OutputFigures, Tolerance
 
 _DROPOUT_LINEAR = """import torch
 class Model(torch.nn.Module):
@@ -139,6 +143,14 @@ def _whole_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor, atol:
         d = torch.where(ok, (x - g).abs(), 0.0)
         fig[key] = float((d / (1 + torch.where(ok, g.abs(), 0.0))).max())
         fig[key.replace("err", "rel_l2")] = float(d.norm()) / float(torch.where(ok, g, 0.0).norm())
+    # Within the tolerance of b or of g: element by element, the smaller error (g counts where it and a, b are finite).
+    ok = g.isfinite() & finite
+    dg = torch.where(ok, (a - g).abs(), float("inf"))
+    absg = torch.where(ok, g.abs(), 0.0)
+    fig["max_rel_err_or_fp64"] = float(torch.minimum(diff / (1 + absb), dg / (1 + absg)).max())
+    fig["min_atol_at_rtol_or_fp64"] = {f"{r:g}": float(torch.minimum(diff - r * absb, dg - r * absg).clamp_min(0).max())
+                                       for r in trusted.RTOL_GRID}
+    fig["fp64_only_at_eval_tolerance"] = int(((diff > atol + rtol * absb) & (dg <= atol + rtol * absg)).sum())
     return fig
 
 
@@ -163,12 +175,13 @@ def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
     assert sliced["nonfinite_mismatches"] == 1 and sliced["mismatches_at_eval_tolerance"] > 2
     assert sliced.keys() == whole.keys()
     for key, value in whole.items():
-        if key == "min_atol_at_rtol":
+        if key in ("min_atol_at_rtol", "min_atol_at_rtol_or_fp64"):
             assert sliced[key] == pytest.approx(value, rel=1e-12)
         else:
             assert sliced[key] == pytest.approx(value, rel=1e-9), key
     assert trusted.compare_figures(got, exp, None, torch.device("cpu"), 1e-4, 1e-4, slice_elems).keys() == \
-        whole.keys() - {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64"}
+        whole.keys() - {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64",
+                        "max_rel_err_or_fp64", "min_atol_at_rtol_or_fp64", "fp64_only_at_eval_tolerance"}
 
 
 def test_hand_overs_read_now_and_compared_after_the_rounds_judge_as_compared_at_once(tmp_path):
@@ -200,3 +213,41 @@ def test_hand_overs_read_now_and_compared_after_the_rounds_judge_as_compared_at_
     side.check_handover(command.model_copy(update={"defer": True}))
     side.release()
     assert side.handed_over == []
+
+
+ROUNDED_OFFSET = Path(__file__).resolve().parents[1] / "fixtures" / "problems" / "level1" / "150_RoundedOffset.py"
+
+
+def test_an_output_within_the_tolerance_of_the_float64_truth_passes_where_the_references_rounding_is_off(tmp_path):
+    """The reference of level1/150 rounds its first column to about 1e-3 in fp32; its float64 truth is 2 * x. The
+    exact output is outside the tolerance of the fp32 reference there and within it of the truth: within the
+    tolerance, in the trials and in a hand-over alike (whose truth is made only when an element is outside the
+    reference's tolerance). An output rounded coarser than the reference is within neither, and fails."""
+    side = trusted.Trusted()
+    prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=ROUNDED_OFFSET), device="cpu", param_seed=42,
+                                           draw_seed=7, input_seed=1234, trials=2, exchange_dir=tmp_path / "ex"))
+    tol = Tolerance(atol=1e-4, rtol=1e-4)
+
+    def coarser(x):
+        return torch.cat([(x[:, :1] + 1e5) - 1e5, x[:, 1:]], dim=1) * 2.0
+
+    for name, forward, passes in (("exact", lambda x: x * 2.0, True), ("coarser", coarser, False)):
+        outputs = tmp_path / name
+        outputs.mkdir()
+        for i in range(len(prepared["distributions"])):
+            torch.save(forward(*side._trial_inputs(i)), outputs / output_file(i))
+        torch.save(forward(*side._trial_inputs(0)), outputs / DETERMINISM_FILE)
+        judged = side.judge(JudgeCommand(outputs_dir=outputs, atol=1e-4, rtol=1e-4))
+        for t in judged["trials"]:
+            fig = OutputFigures.model_validate(t["outputs"][0])
+            assert fig.mismatches_at_eval_tolerance and not grading.within_reference_tolerance(fig, tol)
+            assert grading.within_tolerance(fig, tol) is passes, (name, fig)
+            assert (fig.fp64_only_at_eval_tolerance == fig.mismatches_at_eval_tolerance) is passes
+        seed, forward_seed = 11, 21
+        handed = tmp_path / f"handed-{name}.pt"
+        torch.save(forward(*problem_module.seeded_inputs(side.module, seed, side.device)), handed)
+        (check,) = side.check_handover(CheckHandoverCommand(files=[handed], seeds=[seed], forward_seeds=[forward_seed],
+                                                            atol=1e-4, rtol=1e-4))["checks"]
+        fig = OutputFigures.model_validate(check["outputs"][0])
+        assert fig.max_rel_err_or_fp64 is not None and fig.mismatches_at_eval_tolerance
+        assert grading.within_tolerance(fig, tol) is passes, (name, fig)
