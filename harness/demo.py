@@ -291,11 +291,10 @@ def demo_result(rng: random.Random, spec: ProblemSpec, outcome: str, *, model: s
     g = grading.grade(obs, spec.tolerance)
     started = when or datetime.now(timezone.utc)
     result = EvalResult(
-        verdict=g.verdict, message=g.message, log_excerpt=g.log_excerpt, flags=g.flags,
+        **g.result_fields(),
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size="default",
                            source=str(spec.source_path.name)),
-        tolerance=spec.tolerance, speedup_vs_eager=g.speedup_vs_eager,
-        speedup_vs_compile=g.speedup_vs_compile, submission_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        tolerance=spec.tolerance, submission_sha256=hashlib.sha256(text.encode()).hexdigest(),
         observations=obs, provenance=None if outcome == "invalid_submission" else _provenance(rng, started))
     return text, result
 

@@ -10,6 +10,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimedOutputCheck, TimingStats, Tolerance
 from harness.verdicts import Phase, Verdict, classify_exception
@@ -69,6 +70,12 @@ class Grade:
     flags: list[Flag] = field(default_factory=list)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+
+    def result_fields(self) -> dict[str, Any]:
+        """The fields an EvalResult takes from its grade: where a result is made or re-graded, these are them."""
+        return {"verdict": self.verdict, "message": self.message, "log_excerpt": self.log_excerpt,
+                "flags": self.flags, "speedup_vs_eager": self.speedup_vs_eager,
+                "speedup_vs_compile": self.speedup_vs_compile}
 
 
 def required_atol(fig: OutputFigures, rtol: float) -> float:

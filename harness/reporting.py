@@ -14,9 +14,18 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from harness.verdicts import UNRANKED_CHECKS
+
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
 Baseline = Literal["eager", "compile"]
+
+
+def ranked(verdict: str | None, flags: Iterable[str]) -> bool:
+    """Whether a result is ranked (the leaderboards, a problem page's ranks, the home page's best): passed, with no
+    flag that keeps it off the boards (a pure-PyTorch forward, windows too noisy to vouch for its time, a tolerance
+    that zeros would pass: verdicts.UNRANKED_CHECKS)."""
+    return verdict == "passed" and not any(check in UNRANKED_CHECKS for check in flags)
 
 
 class Scored(BaseModel):

@@ -139,8 +139,8 @@ def home_page(session: Session, registry: Registry, *, device: str | None, basel
         if row is None:
             continue
         row.graded += 1
-        if s.correct:
-            row.passed += 1
+        row.passed += s.correct
+        if s.rankable:
             row.best_eager = _better(row.best_eager, s.speedup_vs_eager, s)
             row.best_compile = _better(row.best_compile, s.speedup_vs_compile, s)
     series, legend = [], []
@@ -244,7 +244,7 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
     # This page lists the problem's submissions: one that never ran (queued, invalid) is on no board, so
     # it is listed under either device, and only the boards (home page, /api/leaderboard) leave it out.
     rows = [r for r in rows if r.device in (None, dev)]
-    ranked = sorted((r for r in rows if r.verdict == "passed" and r.speedup_vs_eager is not None),
+    ranked = sorted((r for r in rows if reporting.ranked(r.verdict, r.flags) and r.speedup_vs_eager is not None),
                     key=lambda r: (-(r.speedup_vs_eager or 0.0), r.created_at))
     for i, r in enumerate(ranked, 1):
         r.rank = i
@@ -268,7 +268,7 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
         spec=spec, device=dev, devices_present=sorted({r.device for r in rows if r.device}),
         rows=sort_rows(shown, sort, descending, PROBLEM_SORTS), shown_of=len(rows), models=models,
         verdicts=verdicts, pending=pending, verdict_svg=charts.stacked_bar(shares, "verdict breakdown"),
-        speedup_svg=charts.speedup_strips(strips, "speedup vs eager of passing results, one row per model"),
+        speedup_svg=charts.speedup_strips(strips, "speedup vs eager of ranked results, one row per model"),
         baselines=[b for b in queries.baseline_times(session, spec.id, spec.version) if b.device == dev],
         degenerate=[d for d in queries.degenerate_at(session, spec.id, spec.version) if d.device == dev],
         filters={"model": model, "verdict": verdict})

@@ -168,11 +168,10 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
         provenance.started_at = started_at
         provenance.wall_s = time.monotonic() - t0
     result = EvalResult(
-        verdict=g.verdict, message=g.message, log_excerpt=g.log_excerpt, flags=g.flags,
+        **g.result_fields(),
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size=size,
                            source=str(spec.source_path)),
-        tolerance=tolerance, speedup_vs_eager=g.speedup_vs_eager, speedup_vs_compile=g.speedup_vs_compile,
-        submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
+        tolerance=tolerance, submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
     )
     (job / "result.json").write_text(result.model_dump_json(indent=2))
     return result

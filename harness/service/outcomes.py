@@ -30,10 +30,7 @@ def infra_result(submission: Submission, message: str, spec: ProblemSpec | None 
 def regrade(result: EvalResult, tolerance: Tolerance) -> EvalResult:
     """The same figures graded under `tolerance` (no GPU, no processes)."""
     g = grading.grade(result.observations, tolerance)
-    return result.model_copy(update={
-        "verdict": g.verdict, "message": g.message, "log_excerpt": g.log_excerpt, "flags": g.flags,
-        "speedup_vs_eager": g.speedup_vs_eager, "speedup_vs_compile": g.speedup_vs_compile, "tolerance": tolerance,
-    })
+    return result.model_copy(update={**g.result_fields(), "tolerance": tolerance})
 
 
 def scored(sub: Submission, res: Result) -> Scored:

@@ -58,6 +58,22 @@ def test_home_shows_best_passing_speedup_and_pass_rate(client, db):
     assert "50%" in row and "1 of 2" in row
 
 
+def test_a_passing_result_kept_off_the_boards_gets_no_rank_and_is_not_the_best(client, db):
+    """A result whose tolerance all-zero outputs would pass too (`degenerate_tolerance`) is shown, not ranked: the
+    leaderboard leaves it out, and so do the problem page's ranks and chart and the home page's best (they took
+    every passing result, its 4x included)."""
+    honest = seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0, compile_ms=1.5), submitter="alice")  # 2x
+    zeros_pass = seed(db, eval_result(candidate_ms=0.5, eager_ms=2.0, compile_ms=1.5, zeros_rel_err=1e-5),
+                      submitter="bob")  # 4x, but zeros would pass
+    board = client.get("/api/leaderboard?problem=gemm-groupnorm-min-biasadd").json()
+    assert [r["submission_id"] for r in board["gpu"]["rows"]] == [honest]
+    row = client.get("/").text.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
+    assert "2.000×" in row and "4.000×" not in row and "2 of 2" in row
+    page = client.get("/problems/level2/75").text
+    ranks = dict(re.findall(r'<tr data-id="(\d+)"[^>]*>\s*<td class="num">(\d*)</td>', page))
+    assert ranks == {str(honest): "1", str(zeros_pass): ""}
+
+
 def test_home_board_of_a_device_shows_only_results_that_ran_on_it(client, db):
     seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0, device="cpu", compile_ms=None), submitter="cat")
     never_ran = eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code", device=None)
