@@ -148,6 +148,17 @@ def test_submission_page_shows_source_logs_trials_timing_and_provenance(client, 
     assert "compile error" in html and "ninja: build stopped" in html and "Traceback" in html
 
 
+def test_submission_page_says_which_elements_were_within_the_tolerance_of_the_float64_truth_only(client, db):
+    spec = get_registry().get("level2/94")
+    text, result = demo.demo_result(random.Random(1), spec, "passed")
+    out = result.observations.trials[-1].outputs[0]
+    out.mismatches_at_eval_tolerance, out.fp64_only_at_eval_tolerance = 1, 1
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    trials = client.get(f"/submissions/{sid}").text.split('id="trials">', 1)[1].split("</table>", 1)[0]
+    assert trials.count("within it of the fp64 truth") == 1 and "1 within it of the fp64 truth" in trials
+
+
 def test_submission_page_says_how_the_fresh_reference_parameters_reached_the_model(client, db):
     spec = get_registry().get("level2/30")
     text, result = demo.demo_result(random.Random(1), spec, "passed")
