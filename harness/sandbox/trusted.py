@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 import harness
-from harness.sandbox import parameters, problem_module, timing, torchflags
+from harness.sandbox import compare, parameters, problem_module, timing, torchflags
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     INIT_ARGS_FILE,
@@ -45,7 +45,6 @@ from harness.sandbox.protocol import (
     inputs_file,
     output_file,
 )
-from harness.schema import RTOL_GRID
 
 Judging = JudgeCommand | CheckHandoverCommand | JudgeHandoversCommand  # the commands that carry a tolerance
 
@@ -91,40 +90,6 @@ def _describe(obj: Any) -> str:
     if isinstance(obj, str) and obj.startswith("<"):
         return obj.strip("<>")  # the child's description of an object it could not save
     return type(obj).__name__
-
-
-def _double(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor) and obj.is_floating_point():
-        return obj.double()
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_double(o) for o in obj)
-    return obj
-
-
-def _float64_copy(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The reference in float64, for the ground truth; None where it cannot be made (a layer held in a lambda)."""
-    try:
-        return copy.deepcopy(model).double()
-    except Exception as e:  # the ground truth is a diagnostic: its absence fails nothing
-        print(f"[trusted] no float64 ground truth: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return None
-
-
-def _float64_forward(model64: torch.nn.Module | None, inputs: list[Any]) -> Any:
-    """The float64 reference's output, or None where its forward makes float32 tensors of its own and fails."""
-    if model64 is None:
-        return None
-    try:
-        return model64(*_double(inputs))
-    except Exception as e:
-        print(f"[trusted] no float64 ground truth: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return None
-
-
-def _outside_tolerance(check: dict[str, Any]) -> bool:
-    """Whether a judged output has finite elements outside the tolerance of the fp32 reference."""
-    return any(o.get("mismatches_at_eval_tolerance") and not o.get("nonfinite_mismatches")
-               for o in check.get("outputs", []))
 
 
 def _same_outputs(a: Any, b: Any) -> bool:
@@ -291,7 +256,7 @@ class Trusted:
         torch.save({"state_dict": state}, cmd.exchange_dir / PARAMETERS_FILE)
         # The candidate can take them now, beside the trials' inputs and outputs made next.
         self.notify("parameters_written")
-        model64 = _float64_copy(self.model)
+        model64 = compare.float64_copy(self.model)
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
         if cmd.extra_distribution:
@@ -324,7 +289,7 @@ class Trusted:
                     output_bytes = _tensor_bytes(_as_list(expected) or [])
                 torch.save(inputs, cmd.exchange_dir / inputs_file(i))
                 problem_module.manual_seed(forward_seeds[i], self.device)
-                truth = _float64_forward(model64, on_device)
+                truth = compare.float64_forward(model64, on_device)
                 # Kept to the judge while they fit KEEP_BYTES; past that (a KernelBench file at its own size: 7
                 # trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
                 size = _tensor_bytes(_as_list(expected) or []) + _tensor_bytes(_as_list(truth) or [])
@@ -401,7 +366,7 @@ class Trusted:
         ahead = self.trivial_judged is not None and self.trivial_judged[0] == (cmd.atol, cmd.rtol)
         found = copy.deepcopy(self.trivial_found) if ahead else {}
         judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
-        model64 = _float64_copy(self.model) if any(self.recompute) else None
+        model64 = compare.float64_copy(self.model) if any(self.recompute) else None
         for i, dist in enumerate(self.distributions):
             exp, gt = self._trial_outputs(i, model64)
             trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
@@ -439,7 +404,7 @@ class Trusted:
             problem_module.manual_seed(forward_seed, self.device)
             exp = self.model(*on_device)
             problem_module.manual_seed(forward_seed, self.device)
-            return exp, _float64_forward(model64, on_device)
+            return exp, compare.float64_forward(model64, on_device)
 
     def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
         """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
@@ -529,7 +494,7 @@ class Trusted:
                    got_device=self.device.type)
         if got.shape != exp.shape or got.dtype != exp.dtype:
             return fig
-        fig.update(compare_figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
+        fig.update(compare.figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
                                    cmd.atol, cmd.rtol))
         return fig
 
@@ -553,9 +518,10 @@ class Trusted:
         worst = 0.0
         for x, y in zip(la, lb, strict=True):
             fx, fy = x.reshape(-1), y.reshape(-1)
-            for start in range(0, fx.numel(), COMPARE_SLICE):  # on the device, a slice at a time (compare_figures)
-                xd = fx[start:start + COMPARE_SLICE].to(self.device).to(torch.float64)
-                yd = fy[start:start + COMPARE_SLICE].to(self.device).to(torch.float64)
+            step = compare.COMPARE_SLICE  # on the device, a slice at a time (compare.figures)
+            for start in range(0, fx.numel(), step):
+                xd = fx[start:start + step].to(self.device).to(torch.float64)
+                yd = fy[start:start + step].to(self.device).to(torch.float64)
                 worst = max(worst, float(((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max()))
         return {"bitwise_equal": equal, "max_rel_diff": worst}
 
@@ -645,10 +611,11 @@ class Trusted:
                     checks.append(data)
                     continue
                 check = self._judge_bytes(data, exp, None, cmd)
-                if _outside_tolerance(check):  # judged as the trials are: the float64 truth is made only when needed
-                    model64 = model64 or _float64_copy(self.model)
+                # Judged as the trials are; the float64 truth is made only where an element needs it.
+                if compare.outside_tolerance(check):
+                    model64 = model64 or compare.float64_copy(self.model)
                     problem_module.manual_seed(forward_seed, self.device)
-                    truth = _float64_forward(model64, inputs)
+                    truth = compare.float64_forward(model64, inputs)
                     if truth is not None:
                         check = self._judge_bytes(data, exp, truth, cmd)
                 checks.append(check)
@@ -659,85 +626,6 @@ class Trusted:
         if self._peaks is None:
             self._peaks = timing.measure_peaks(self.device) if self.device.type == "cuda" else {}
         return self._peaks
-
-
-# Elements compared at once: the comparison works in float64 with about fourteen temporaries of a slice's size, so
-# a slice of 2**26 elements needs about 7 GiB beside the outputs (a 3.2 GB output compared whole needed 64 GB).
-COMPARE_SLICE = 1 << 26
-
-
-def compare_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | None, device: torch.device,
-                    atol: float, rtol: float, slice_elems: int = COMPARE_SLICE) -> dict[str, Any]:
-    """Element-by-element figures of `got` against `exp` (and the float64 ground truth `gt`, where there is one), in
-    float64 on `device`, a slice of the flattened tensors at a time: the same figures as comparing them whole."""
-    n = exp.numel()
-    fig: dict[str, Any] = {"numel": n, "nonfinite_mismatches": 0}
-    if n == 0:
-        return fig
-    flat_got, flat_exp = got.reshape(-1), exp.reshape(-1)
-    flat_gt = gt.reshape(-1) if gt is not None else None
-    zero = torch.zeros((), dtype=torch.float64, device=device)
-    bad_nonfinite = mismatches = 0
-    max_abs = worst_rel = -1.0
-    worst, worst_got, worst_exp = 0, 0.0, 0.0
-    min_atol = dict.fromkeys(RTOL_GRID, 0.0)
-    err = {"err_vs_fp64": 0.0, "ref_err_vs_fp64": 0.0}
-    sq = dict.fromkeys(("err_vs_fp64", "ref_err_vs_fp64", "norm_err_vs_fp64", "norm_ref_err_vs_fp64"), 0.0)
-    inf = torch.full((), float("inf"), dtype=torch.float64, device=device)
-    worst_rel_or, min_atol_or, fp64_only = 0.0, dict.fromkeys(RTOL_GRID, 0.0), 0
-    for start in range(0, n, slice_elems):
-        # To the device as they are, then to float64 there (a blocking copy with a cast converts on the host).
-        a = flat_got[start:start + slice_elems].to(device).to(torch.float64)
-        b = flat_exp[start:start + slice_elems].to(device).to(torch.float64)
-        finite = torch.isfinite(a) & torch.isfinite(b)
-        same_nonfinite = (torch.isnan(a) & torch.isnan(b)) | (torch.isinf(a) & (a == b))
-        bad = ~finite & ~same_nonfinite
-        diff = torch.where(finite, (a - b).abs(), zero)
-        absb = torch.where(finite, b.abs(), zero)
-        rel = diff / (1 + absb)
-        bad_nonfinite += int(bad.sum())
-        mismatches += int(((diff > atol + rtol * absb) | bad).sum())
-        max_abs = max(max_abs, float(diff.max()))
-        k = int(rel.argmax())
-        if float(rel[k]) > worst_rel:  # strictly: the first worst element, as argmax over the whole would give
-            worst_rel, worst, worst_got, worst_exp = float(rel[k]), start + k, float(a[k]), float(b[k])
-        for r in RTOL_GRID:
-            min_atol[r] = max(min_atol[r], float((diff - r * absb).clamp_min(0).max()))
-        if flat_gt is None:
-            continue
-        g = flat_gt[start:start + slice_elems].to(device).to(torch.float64)
-        gfin = torch.isfinite(g)
-        for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
-            ok = gfin & torch.isfinite(x)
-            d = torch.where(ok, (x - g).abs(), zero)
-            err[key] = max(err[key], float((d / (1 + torch.where(ok, g.abs(), zero))).max()))
-            sq[key] += float(d.square().sum())
-            sq[f"norm_{key}"] += float(torch.where(ok, g, zero).square().sum())
-        # Within the tolerance of the reference or of the truth: each element's smaller error. Where the truth is
-        # not finite, or the element is not (a non-finite mismatch fails apart), only the reference counts.
-        ok = gfin & finite
-        dg = torch.where(ok, (a - g).abs(), inf)
-        absg = torch.where(ok, g.abs(), zero)
-        worst_rel_or = max(worst_rel_or, float(torch.minimum(rel, dg / (1 + absg)).max()))
-        for r in RTOL_GRID:
-            need = torch.minimum(diff - r * absb, dg - r * absg)
-            min_atol_or[r] = max(min_atol_or[r], float(need.clamp_min(0).max()))
-        fp64_only += int(((diff > atol + rtol * absb) & (dg <= atol + rtol * absg)).sum())
-    fig.update(
-        nonfinite_mismatches=bad_nonfinite, max_abs_err=max_abs, max_rel_err=worst_rel,
-        min_atol_at_rtol={f"{r:g}": v for r, v in min_atol.items()},
-        worst_index=[int(x) for x in torch.unravel_index(torch.tensor(worst), exp.shape)],
-        worst_got=worst_got, worst_expected=worst_exp, mismatches_at_eval_tolerance=mismatches,
-    )
-    if flat_gt is None:  # no float64 ground truth for this reference: the precision figures stay empty
-        return fig
-    for key in ("err_vs_fp64", "ref_err_vs_fp64"):
-        norm = sq[f"norm_{key}"] ** 0.5
-        fig[key] = err[key]
-        fig[key.replace("err", "rel_l2")] = sq[key] ** 0.5 / norm if norm > 0 else None
-    fig.update(max_rel_err_or_fp64=worst_rel_or, min_atol_at_rtol_or_fp64={f"{r:g}": v for r, v in min_atol_or.items()},
-               fp64_only_at_eval_tolerance=fp64_only)
-    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

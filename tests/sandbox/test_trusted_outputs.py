@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness import grading
-from harness.sandbox import problem_module, trusted
+from harness.sandbox import compare, problem_module, trusted
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     CheckHandoverCommand,
@@ -137,7 +137,7 @@ def _whole_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor, atol:
                                                                                                   a.shape)],
            "worst_got": float(a.reshape(-1)[worst]), "worst_expected": float(b.reshape(-1)[worst]),
            "mismatches_at_eval_tolerance": int(((diff > atol + rtol * absb) | bad).sum()),
-           "min_atol_at_rtol": {f"{r:g}": float((diff - r * absb).clamp_min(0).max()) for r in trusted.RTOL_GRID}}
+           "min_atol_at_rtol": {f"{r:g}": float((diff - r * absb).clamp_min(0).max()) for r in compare.RTOL_GRID}}
     for key, x in (("err_vs_fp64", a), ("ref_err_vs_fp64", b)):
         ok = g.isfinite() & x.isfinite()
         d = torch.where(ok, (x - g).abs(), 0.0)
@@ -149,12 +149,12 @@ def _whole_figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor, atol:
     absg = torch.where(ok, g.abs(), 0.0)
     fig["max_rel_err_or_fp64"] = float(torch.minimum(diff / (1 + absb), dg / (1 + absg)).max())
     fig["min_atol_at_rtol_or_fp64"] = {f"{r:g}": float(torch.minimum(diff - r * absb, dg - r * absg).clamp_min(0).max())
-                                       for r in trusted.RTOL_GRID}
+                                       for r in compare.RTOL_GRID}
     fig["fp64_only_at_eval_tolerance"] = int(((diff > atol + rtol * absb) & (dg <= atol + rtol * absg)).sum())
     return fig
 
 
-@pytest.mark.parametrize("slice_elems", [1, 7, 64, trusted.COMPARE_SLICE])
+@pytest.mark.parametrize("slice_elems", [1, 7, 64, compare.COMPARE_SLICE])
 def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
     """KernelBench's level1/41 at its own size: one 3.2 GB output compared whole in float64 made about ten 6.4 GB
     temporaries beside the candidate's 27.7 GB and ran the H100 out of memory in the judge. The comparison goes a
@@ -169,7 +169,7 @@ def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
     got[0, 0, 0], exp[0, 0, 0] = float("nan"), float("nan")  # matching NaNs
     got[2, 2, 2] = float("inf")  # a non-finite mismatch
     gt = exp.double() + 1e-7
-    sliced = trusted.compare_figures(got, exp, gt, torch.device("cpu"), 1e-4, 1e-4, slice_elems)
+    sliced = compare.figures(got, exp, gt, torch.device("cpu"), 1e-4, 1e-4, slice_elems)
     whole = _whole_figures(got, exp, gt, 1e-4, 1e-4)
     assert sliced["worst_index"] == [1, 2, 3] == whole["worst_index"]
     assert sliced["nonfinite_mismatches"] == 1 and sliced["mismatches_at_eval_tolerance"] > 2
@@ -179,7 +179,7 @@ def test_a_comparison_in_slices_gives_the_figures_of_a_whole_one(slice_elems):
             assert sliced[key] == pytest.approx(value, rel=1e-12)
         else:
             assert sliced[key] == pytest.approx(value, rel=1e-9), key
-    assert trusted.compare_figures(got, exp, None, torch.device("cpu"), 1e-4, 1e-4, slice_elems).keys() == \
+    assert compare.figures(got, exp, None, torch.device("cpu"), 1e-4, 1e-4, slice_elems).keys() == \
         whole.keys() - {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64",
                         "max_rel_err_or_fp64", "min_atol_at_rtol_or_fp64", "fp64_only_at_eval_tolerance"}
 
