@@ -60,22 +60,25 @@ def main() -> int:
                             "max_rel_err_or_fp64": o.max_rel_err_or_fp64,
                             "reference_alone_passes": grading.within_reference_tolerance(o, tol)})
                 needed = [t["trial"] for t in trials if not t["reference_alone_passes"]]
-                rows.append({"problem": spec.kernelbench_id, "file": path.name, "repeat": rep,
+                rows.append({"problem": spec.kernelbench_id, "file": str(path), "repeat": rep,
                              "verdict": result.verdict.value, "needed_truth": needed, "trials": trials})
-                print(f"{spec.kernelbench_id} {path.name} #{rep}: {result.verdict.value}; trials needing the truth "
+                print(f"{spec.kernelbench_id} {path} #{rep}: {result.verdict.value}; trials needing the truth "
                       f"{needed or 'none'}; max rel err {max((t['max_rel_err'] or 0) for t in trials):.3g}, to the "
                       f"nearer {max((t['max_rel_err_or_fp64'] or 0) for t in trials):.3g}", flush=True)
     finally:
         pool.close()
     for spec, path in jobs:
-        mine = [r for r in rows if r["file"] == path.name and r["problem"] == spec.kernelbench_id]
+        mine = [r for r in rows if r["file"] == str(path) and r["problem"] == spec.kernelbench_id]
         n_trials = sum(len(r["trials"]) for r in mine)
         needing = sum(len(r["needed_truth"]) for r in mine)
         failed_before = sum(bool(r["needed_truth"]) for r in mine)
         verdicts = sorted({r["verdict"] for r in mine})
-        print(f"{spec.kernelbench_id} {path.name}: {len(mine)} evaluations ({', '.join(verdicts)}); {needing} of "
+        worst = max((t["max_rel_err"] or 0.0 for r in mine for t in r["trials"]), default=0.0)
+        nearer = max((t["max_rel_err_or_fp64"] or 0.0 for r in mine for t in r["trials"]), default=0.0)
+        print(f"{spec.kernelbench_id} {path}: {len(mine)} evaluations ({', '.join(verdicts)}); {needing} of "
               f"{n_trials} trials had elements outside the tolerance of the fp32 reference: {failed_before} "
-              "evaluations would have failed judged against the reference alone")
+              f"evaluations would have failed judged against the reference alone; the worst max rel err {worst:.3g} "
+              f"against the reference, {nearer:.3g} against the nearer of reference and truth")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
