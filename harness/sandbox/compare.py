@@ -14,6 +14,7 @@ from harness.schema import RTOL_GRID
 
 
 def to_float64(obj: Any) -> Any:
+    """Floating-point tensors, alone or in lists and tuples, as float64; anything else as it is."""
     if isinstance(obj, torch.Tensor) and obj.is_floating_point():
         return obj.double()
     if isinstance(obj, (list, tuple)):
@@ -53,7 +54,7 @@ COMPARE_SLICE = 1 << 26
 
 
 def figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | None, device: torch.device,
-                    atol: float, rtol: float, slice_elems: int = COMPARE_SLICE) -> dict[str, Any]:
+            atol: float, rtol: float, slice_elems: int = COMPARE_SLICE) -> dict[str, Any]:
     """Element-by-element figures of `got` against `exp` (and the float64 ground truth `gt`, where there is one), in
     float64 on `device`, a slice of the flattened tensors at a time: the same figures as comparing them whole."""
     n = exp.numel()
