@@ -613,7 +613,8 @@ class Trusted:
                 check = self._judge_bytes(data, exp, None, cmd)
                 # Judged as the trials are; the float64 truth is made only where an element needs it.
                 if compare.outside_tolerance(check):
-                    model64 = model64 or compare.float64_copy(self.model)
+                    if model64 is None:  # a Module's truth value is its len() where it has one: never `or`
+                        model64 = compare.float64_copy(self.model)
                     problem_module.manual_seed(forward_seed, self.device)
                     truth = compare.float64_forward(model64, inputs)
                     if truth is not None:
