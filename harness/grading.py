@@ -12,7 +12,16 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.schema import RTOL_GRID, Flag, Observations, OutputFigures, TimedOutputCheck, TimingStats, Tolerance
+from harness.schema import (
+    RTOL_GRID,
+    Flag,
+    KernelTrace,
+    Observations,
+    OutputFigures,
+    TimedOutputCheck,
+    TimingStats,
+    Tolerance,
+)
 from harness.verdicts import Phase, Verdict, classify_exception
 
 # A candidate whose error against float64 exceeds the reference's own by this factor (and the
@@ -446,11 +455,8 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     figs = [o for t in obs.trials for o in t.outputs]
     max_abs = max((o.max_abs_err or 0.0 for o in figs), default=0.0)
     flags: list[Flag] = []
-    if obs.kernels is not None and obs.kernels.names is not None and not obs.kernels.custom:
-        shown = "not traced: its source builds nothing and imports only torch" if obs.kernels.from_source else \
-            ", ".join(obs.kernels.names[:5]) or "none"
-        flags.append(Flag(check="no_custom_kernel", detail=f"forward launched only library kernels ({shown}): "
-                          "passed, not ranked"))
+    if obs.kernels is not None and not obs.kernels.custom:
+        flags.append(Flag(check="no_custom_kernel", detail=f"{_no_own_kernel(obs.kernels)}: passed, not ranked"))
     if unreliable is not None:
         flags.append(Flag(check="timing_unreliable", detail=unreliable + ": shown, not ranked"))
     trivial = degenerate_at(obs, tol)
@@ -476,3 +482,15 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     if s_compile is not None:
         parts.append(f"{s_compile:.3f}x vs torch.compile")
     return Grade(Verdict.passed, "; ".join(parts), flags=flags, speedup_vs_eager=s_eager, speedup_vs_compile=s_compile)
+
+
+def _no_own_kernel(trace: KernelTrace) -> str:
+    """Why a traced result has no kernel of its own: what its timed window launched, or why that is not known."""
+    if trace.from_source:
+        return "forward launched only library kernels (not traced: its source builds nothing and imports only torch)"
+    if trace.error:
+        return f"its timed window's launches could not be traced ({trace.error}): no kernel shown to be its own"
+    shown = ", ".join((trace.names or [])[:5]) or "none"
+    graph = "; a CUDA graph was launched, whose kernels are not named" if trace.graph else ""
+    return (f"no kernel its build's device code or its own @triton.jit functions define ran in timed window "
+            f"{trace.window} ({shown}){graph}")

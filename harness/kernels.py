@@ -1,69 +1,37 @@
 """Which GPU kernels are the submission's own. No torch: the parent uses this.
 
-The candidate's process reports the names of the kernels one forward launched (the torch profiler,
-demangled). A name is the submission's own when the device code its load_inline build produced (the
-CUDA fatbin in a shared object under its build dir) defines a kernel of exactly that name, unless the
-name is one a library owns: a build can compile a kernel named like PyTorch's (or put one in an
-anonymous namespace, which demangles alike in every library), and the profiler could then not tell
-PyTorch's kernel from it. Host symbols never count: any C++ file can define a function of any name.
-A kernel from no build (a user's Triton kernel) is the submission's own when it looks like no
-library's: not PyTorch's (`at::`, `c10::`), not inductor's generated Triton (`triton_poi_fused_...`),
-not cuBLAS, cuDNN, CUTLASS or the CUDA runtime's. A forward that launches none of its own is
-`no_custom_kernel`.
+The evidence is a trace of one timed window's own calls: the candidate's process reports each kernel as it is first
+launched there (sandbox/launches.py), with the launch's function: a runtime launch's host stub and the shared object
+that holds it, a driver launch's `CUfunction`. A kernel counts as the submission's own only where the submission
+provably defined it:
+- its build's device code (the CUDA fatbin in a shared object under its build dir) defines a kernel of exactly that
+  (demangled) name, and the launch went through a host stub in a shared object under its build dir. A build can
+  compile a kernel named exactly like PyTorch's, so the name alone would claim PyTorch's launches of it; the stub's
+  object tells them apart. Host symbols never name a kernel: any C++ file can define a function of any name;
+- or it is a Triton kernel compiled from a `@triton.jit` function that the submission's own text defines, and the
+  launch's `CUfunction` is one of that function's compiled kernels, as the candidate's process lists them for the
+  JIT functions whose code lives in the submission's file. Inductor's generated kernels (all named `triton_` when its
+  unique names are off) live in files of its cache, and a function of the same name in the text claims none of them.
+A name that "looks like no library's" is no evidence (cuFFT's `vector_fft_r2c<...>` looks like none), and no list of
+library names decides anything. A traced window that launched none of its own is `no_custom_kernel`.
 
 A source that builds nothing and imports only modules that cannot launch a kernel of their own (torch's
-layers and functions, math) needs no trace to say so (`launches_only_library_kernels`): the profiler's
-start-up alone costs 5-6 s an evaluation on an H100 host.
+layers and functions, math) needs no trace to say so (`launches_only_library_kernels`).
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from harness import fatbin
+from harness.schema import KernelLaunch
 
-_LIBRARY = re.compile(
-    r"(\bat::|\bc10::|\bcub::|\bthrust::|\bcutlass|\bcudnn|\bcublas|xmma|nvjet|\bcask|gemv|gemm|"
-    r"^triton_(poi|red|per|tem|for)_|^Memcpy|^Memset|^\[?memcpy|^\[?memset|splitKreduce|\bflash|fmha|"
-    r"^(void )?(ampere|volta|turing|maxwell|hopper|sm\d+)_|elementwise_kernel|reduce_kernel|"
-    r"at_cuda_detail|implicit_convolve|winograd|\bfft|radix|philox|curand|softmax_warp|"
-    r"CatArrayBatchedCopy|indexSelect|scatter_gather|vectorized_|unrolled_elementwise)",
-    re.IGNORECASE,
-)
-# Names no build is credited with, whatever its device code holds: the namespaces of the libraries a
-# PyTorch process launches kernels from, and the vendor kernels' own names (cuBLAS's and cuDNN's carry
-# their types or an architecture prefix; cuBLAS's CUTLASS kernels a `cutlass_80_`-style name).
-_LIBRARY_NAMESPACES = {"at", "c10", "torch", "at_cuda_detail", "cub", "thrust", "cudnn", "cublas", "cublasLt",
-                       "pytorch_flash"}
-_VENDOR = re.compile(
-    r"(\bcublas|\bcudnn|xmma|nvjet|\bcask|\bcutlass(3x)?_(sm)?\d+_|"
-    r"^(void )?(ampere|volta|turing|maxwell|hopper|blackwell|sm\d+)_|^\[?(memcpy|memset)|"
-    r"^triton_(poi|red|per|tem|for)_)",
-    re.IGNORECASE,
-)
-_ANONYMOUS = "(anonymous namespace)"
 MAX_SHARED_OBJECTS = 64  # a build dir is the submission's to fill; a real build has a few
-
-
-def base_name(name: str) -> str:
-    """`void ns::kern<128, float>(float*, int)` -> `ns::kern`; an anonymous namespace stays in it:
-    `at::native::(anonymous namespace)::kern(...)` -> `at::native::(anonymous namespace)::kern`."""
-    text = name.strip().removeprefix("void ").strip().replace(_ANONYMOUS, "\0")
-    out, depth = [], 0
-    for ch in text:
-        if ch in "<{":
-            depth += 1
-        elif ch in ">}":
-            depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).strip().split(" ")[-1].replace("\0", _ANONYMOUS)
 
 
 def device_kernels(build_root: Path) -> set[str]:
@@ -75,25 +43,43 @@ def device_kernels(build_root: Path) -> set[str]:
     return set().union(*(fatbin.device_kernels(so) for so in itertools.islice(found, MAX_SHARED_OBJECTS)))
 
 
-# The runner's name for it, from when host symbols were read.
-extension_symbols = device_kernels
+def triton_jit_names(source: str) -> set[str]:
+    """The names of the functions the source defines under a decorator named `jit` (`@triton.jit`, `@jit`,
+    `@triton.jit(...)`), at any depth: the Triton kernels its own text can claim."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+
+    def is_jit(d: ast.expr) -> bool:
+        d = d.func if isinstance(d, ast.Call) else d
+        return (isinstance(d, ast.Name) and d.id == "jit") or (isinstance(d, ast.Attribute) and d.attr == "jit")
+
+    return {node.name for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(is_jit, node.decorator_list))}
 
 
-def is_library_kernel(name: str) -> bool:
-    return bool(_LIBRARY.search(name))
+def _under(path: str | None, root: Path) -> bool:
+    """Whether `path` (as the candidate's process named it) lies under `root`, `..` and all taken literally."""
+    if not path or not os.path.isabs(path):
+        return False
+    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep)
 
 
-def is_library_owned(name: str) -> bool:
-    """A name a build cannot claim: a library's namespace, an anonymous namespace, a vendor's name."""
-    base = base_name(name)
-    return base.split("::")[0] in _LIBRARY_NAMESPACES or _ANONYMOUS in base or bool(_VENDOR.search(name))
+def custom_kernels(launches: Iterable[KernelLaunch], build_root: Path, own_kernels: set[str], source: str = "",
+                   own_triton: dict[str, list[int]] | None = None) -> list[str]:
+    """The names of the traced kernels that are the submission's own. `own_kernels` are the exact names in its
+    build's device code (`device_kernels(build_root)`); `own_triton` maps the name of each `@triton.jit` function
+    whose code lives in the submission's file to the handles of its compiled kernels (the candidate's report)."""
+    jit_names = triton_jit_names(source)
+    handles = {h for name, hs in (own_triton or {}).items() if name in jit_names for h in hs}
 
+    def own(launch: KernelLaunch) -> bool:
+        if launch.name in own_kernels and _under(launch.object, build_root):
+            return True
+        return launch.handle is not None and launch.handle in handles
 
-def custom_kernels(names: Iterable[str], own_kernels: set[str]) -> list[str]:
-    """The kernels among `names` that are the submission's own; `own_kernels` are the exact names in
-    its build's device code (`device_kernels`)."""
-    return sorted(n for n in names
-                  if (n in own_kernels and not is_library_owned(n)) or not is_library_kernel(n))
+    return sorted({launch.name for launch in launches if own(launch)})
 
 
 # Modules a pure-PyTorch submission imports: none of them can launch a kernel that is not PyTorch's own.

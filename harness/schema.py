@@ -174,15 +174,29 @@ class TimedOutputCheck(BaseModel):
     calls: list[TrialFigures] = Field(default_factory=list)
 
 
+class KernelLaunch(BaseModel):
+    """A kernel a traced window launched, as the candidate's process reported it when it was first launched there."""
+
+    name: str
+    handle: int | None = None  # a driver launch's CUfunction, a runtime launch's host stub
+    object: str | None = None  # the shared object holding a runtime launch's host stub
+
+
 class KernelTrace(BaseModel):
-    """The GPU kernels one forward launched (the torch profiler, in the candidate's process), split by
-    the parent into the submission's own and the libraries' (PyTorch, cuBLAS, cuDNN, inductor)."""
+    """The GPU kernels the calls of one timed window launched (CUPTI's launch callbacks in the candidate's process,
+    each reported as it was first launched), and those of them the parent found the submission's own
+    (kernels.custom_kernels)."""
 
     names: list[str] | None = None
     custom: list[str] = Field(default_factory=list)
     error: str | None = None
     # Not traced: the source builds nothing and can launch no kernel of its own (kernels.launches_only_library_kernels)
     from_source: bool = False
+    window: int | None = None  # the timed round whose window was traced
+    launches: list[KernelLaunch] = Field(default_factory=list)
+    # The handles of the compiled kernels of the `@triton.jit` functions in the submission's file, by function name.
+    own_triton: dict[str, list[int]] = Field(default_factory=dict)
+    graph: bool = False  # a CUDA graph was launched, whose kernels CUPTI's callbacks do not name: the profiler named
 
 
 class TimingEnvelope(BaseModel):

@@ -282,7 +282,11 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
     own = KernelTrace(names=[*library_only.names, "fused_groupnorm_kernel(float*, int)"],
                       custom=["fused_groupnorm_kernel(float*, int)"])
     assert _checks(_passing(kernels=own)) == (Verdict.passed, [])
-    assert _checks(_passing(kernels=KernelTrace(names=None, error="no CUPTI"))) == (Verdict.passed, [])
+    # A window whose launches could not be traced shows no kernel of its own: no credit, and the detail says why.
+    untraceable = grade(_passing(kernels=KernelTrace(names=[], error="CUPTI is missing or refused a subscriber")),
+                        TOL)
+    assert [f.check for f in untraceable.flags] == ["no_custom_kernel"] and "could not be traced" in \
+        untraceable.flags[0].detail
     # Not traced: a source that builds nothing and imports only torch launches library kernels alone.
     untraced = grade(_passing(kernels=KernelTrace(names=[], from_source=True)), TOL)
     assert untraced.verdict == Verdict.passed and [f.check for f in untraced.flags] == ["no_custom_kernel"]

@@ -1,8 +1,11 @@
-"""Which kernels count as the submission's own: names from its build's device code, never its host
-symbols, and never a name a library owns. No GPU: the builds here are made with nvcc (no device needed)
-and g++; the profiler names are those an H100 gave for GroupNorm, LeakyReLU, add and a load_inline
-build's two kernels (torch 2.11.0+cu130, nvcc 13.0, sm_90a), where this module's parser found exactly
-the kernels `cuobjdump -symbols` listed for the same build."""
+"""Which kernels count as the submission's own: a kernel its build's device code defines, launched through its
+build's host stub, or a Triton kernel compiled from a `@triton.jit` function of its own text; never its host symbols,
+and never a name merely because it looks like no library's. No GPU: the builds here are made with nvcc (no device
+needed) and g++; the kernel names are those an H100 gave for GroupNorm, LeakyReLU, add and a load_inline build's two
+kernels (torch 2.11.0+cu130, nvcc 13.0, sm_90a), where this module's parser found exactly the kernels
+`cuobjdump -symbols` listed for the same build. The traces of the three cheats an H200 ranked (inductor with unique
+kernel names off, cuFFT beside PyTorch, an own kernel launched only outside the judged and timed calls) are written
+as CUPTI reports them."""
 
 from __future__ import annotations
 
@@ -15,12 +18,19 @@ from pathlib import Path
 import pytest
 
 from harness import fatbin
-from harness.kernels import base_name, custom_kernels, device_kernels, extension_symbols, is_library_kernel
+from harness.kernels import custom_kernels, device_kernels, triton_jit_names
+from harness.schema import KernelLaunch
 
 PROFILED = json.loads((Path(__file__).parent / "fixtures" / "kernels" / "h100_profiler_names.json").read_text())
 HONEST = ["(anonymous namespace)::anon_scale(float*, long)",
           "void gemm_bias_leaky_kernel<256>(float const*, float*, long)"]
 PYTORCH = sorted(set(PROFILED) - set(HONEST))
+LIBTORCH = "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
+
+
+def _launched(names: list[str], obj: str | None = LIBTORCH, handle: int = 0x7F00_0000_1000) -> list[KernelLaunch]:
+    """Runtime launches of `names`, each through a host stub in `obj` (PyTorch's library unless said)."""
+    return [KernelLaunch(name=n, handle=handle + i, object=obj) for i, n in enumerate(names)]
 
 # The honest build that ran on the H100: a kernel whose name looks like cuBLAS's ("gemm") and one in an
 # anonymous namespace, both launched.
@@ -87,8 +97,10 @@ def test_an_honest_builds_kernels_are_its_own_even_where_named_like_a_librarys(b
     assert fatbin.device_kernels(so) == set(HONEST)
     section = fatbin._read_fatbin_section(so)
     assert fatbin.device_entry_names(section + bytes(16)) == fatbin.device_entry_names(section)  # padding
-    assert is_library_kernel(HONEST[1])  # "gemm": the name alone would not be credited
-    assert custom_kernels(PROFILED, extension_symbols(builds / "honest")) == HONEST
+    # Its two kernels, one named like cuBLAS's ("gemm"), one in an anonymous namespace, launched through its own
+    # stubs beside PyTorch's kernels: both its own, none of PyTorch's.
+    trace = _launched(PYTORCH) + _launched(HONEST, obj=str(so), handle=0x7F11_0000_0000)
+    assert custom_kernels(trace, builds / "honest", device_kernels(builds / "honest")) == HONEST
 
 
 def test_host_symbols_named_like_pytorchs_kernels_credit_none_of_them(builds):
@@ -97,7 +109,8 @@ def test_host_symbols_named_like_pytorchs_kernels_credit_none_of_them(builds):
                         capture_output=True, text=True, check=True).stdout
     assert "at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel(int)" in nm  # the decoy is there
     assert device_kernels(builds / "decoy_host") == set()
-    assert custom_kernels(PROFILED, device_kernels(builds / "decoy_host")) == HONEST[:1]  # the heuristic's
+    # Not even a kernel whose name looks like no library's: only device code defines a kernel.
+    assert custom_kernels(_launched(PROFILED), builds / "decoy_host", device_kernels(builds / "decoy_host")) == []
 
 
 @needs_nvcc
@@ -106,7 +119,12 @@ def test_device_kernels_named_exactly_like_a_librarys_are_not_credited(builds):
     defined = device_kernels(builds / "decoy_device")
     rowwise = next(n for n in PYTORCH if "RowwiseMoments" in n)
     assert rowwise in defined and "ampere_sgemm_128x64_nn" in defined  # the very names PyTorch and cuBLAS launch
-    assert custom_kernels([*PYTORCH, "ampere_sgemm_128x64_nn"], defined) == []
+    # PyTorch's and cuBLAS's launches of those names went through their own libraries' stubs: not the build's.
+    cublas = _launched(["ampere_sgemm_128x64_nn"], obj="/usr/local/cuda/lib64/libcublas.so.13")
+    assert custom_kernels(_launched(PYTORCH) + cublas, builds / "decoy_device", defined) == []
+    # Its own launch of its own kernel is its own, whatever the kernel is named.
+    so = builds / "decoy_device" / "kh_decoy" / "kh_decoy.so"
+    assert custom_kernels(_launched([rowwise], obj=str(so)), builds / "decoy_device", defined) == [rowwise]
 
 
 CUBIN = "-gencode=arch=compute_90,code=sm_90"
@@ -132,8 +150,8 @@ def test_without_the_zstd_command_a_zstd_build_is_credited_nothing_and_says_so(b
     monkeypatch.setattr(fatbin.shutil, "which", lambda name: None)
     assert fatbin.device_kernels(so) == set()
     assert "zstd-compressed device-code entries" in caplog.text
-    # The name heuristic still credits the kernel whose name looks like no library's.
-    assert custom_kernels(PROFILED, device_kernels(builds / "zstd_only")) == HONEST[:1]
+    assert custom_kernels(_launched(HONEST, obj=str(so)), builds / "zstd_only", device_kernels(builds / "zstd_only")) \
+        == []
 
 
 def test_a_hostile_build_dir_is_read_without_hanging_or_following_links(tmp_path):
@@ -160,35 +178,107 @@ def test_a_malformed_fatbin_yields_no_names():
             fatbin._zstd_decompress(b"(\xb5/\xfd not zstd", 100)
 
 
-def test_base_name_keeps_an_anonymous_namespace():
-    assert base_name("void ns::fused_kernel<128, float>(float*, int)") == "ns::fused_kernel"
-    assert base_name("fused_epilogue(float const*, float*)") == "fused_epilogue"
-    # It was `at::native::` for these two, the same for every kernel in that namespace.
-    assert base_name(next(n for n in PYTORCH if "RowwiseMoments" in n)) == \
-        "at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel"
-    assert base_name("at::native::(anonymous namespace)::vectorized_elementwise_kernel(int)") == \
-        "at::native::(anonymous namespace)::vectorized_elementwise_kernel"
+# A @triton.jit add kernel launched from ModelNew.forward (KernelBench's Triton example, model_new_ex_add_triton).
+TRITON_ADD = '''
+import torch
+import triton
+import triton.language as tl
 
 
-def test_kernel_names_are_split_into_the_submissions_and_the_libraries():
-    library = [
-        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
-        "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
-        "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-        "ampere_sgemm_128x64_nn", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "triton_poi_fused_add_mul_0",
-        "triton_red_fused_native_group_norm_1", "Memset (Device)", "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>",
-        *PYTORCH,
-    ]
-    assert all(is_library_kernel(n) for n in library)
-    honest = ["fused_groupnorm_hardtanh_kernel(float*, float const*, int, int)", "my_swish_epilogue(float*, int)"]
-    assert not any(is_library_kernel(n) for n in honest)
-    assert custom_kernels(library + honest, set()) == sorted(honest)
-    # Credited by exact name only: a base name (what host symbols gave) claims nothing.
-    mine = "void gemm_tile_kernel<64>(float const*, float const*, float*, int)"
-    assert custom_kernels([mine], {mine}) == [mine]
-    assert custom_kernels([mine], {"gemm_tile_kernel"}) == []
-    # A library's own names stay the library's, whatever a build claims.
-    assert custom_kernels(library, set(library)) == []
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+'''
+TORCH_COMPILE = '''
+import torch
+import torch._inductor.config
+
+torch._inductor.config.triton.unique_kernel_names = False
+'''
+ADD_HANDLE, INDUCTOR_HANDLE, DECOY_HANDLE = 0x5A5A_0000_0010, 0x5A5A_0000_0020, 0x5A5A_0000_0030
+# Driver launches (Triton's): a CUfunction handle, no host stub.
+INDUCTOR = [KernelLaunch(name="triton_", handle=INDUCTOR_HANDLE),
+            KernelLaunch(name="triton_poi_fused_add_0", handle=INDUCTOR_HANDLE + 8)]
+CUFFT = _launched(["void vector_fft_r2c<256u, 8u, 1u, 0u, float, float2>(float const*, float2*, unsigned int, "
+                   "unsigned int, unsigned int, unsigned int)", "void regular_fft<1024u, 8u, 4u, 32u, float2>"
+                   "(float2*, float2 const*, unsigned int)"], obj="/venv/lib/python3.12/site-packages/nvidia/cufft/"
+                  "lib/libcufft.so.12")
+
+
+def test_inductors_kernels_are_not_the_submissions_with_unique_names_off_or_on(tmp_path):
+    # torch.compile with unique kernel names off: every generated kernel is `triton_`, from a file in inductor's cache.
+    assert custom_kernels(INDUCTOR + _launched(PYTORCH), tmp_path, set(), TORCH_COMPILE, {}) == []
+    # A @triton.jit function of that very name in its own text claims none of inductor's launches: only the handles
+    # of its own function's compiled kernels are its own.
+    decoy = TORCH_COMPILE + "import triton\n\n@triton.jit\ndef triton_(x):\n    pass\n"
+    assert custom_kernels(INDUCTOR, tmp_path, set(), decoy, {"triton_": [DECOY_HANDLE]}) == []
+    # Its own `triton_` launched too is its own.
+    own = [*INDUCTOR, KernelLaunch(name="triton_", handle=DECOY_HANDLE)]
+    assert custom_kernels(own, tmp_path, set(), decoy, {"triton_": [DECOY_HANDLE]}) == ["triton_"]
+
+
+def test_a_library_kernel_that_looks_like_no_librarys_is_not_credited(tmp_path):
+    assert custom_kernels(CUFFT + _launched(PYTORCH), tmp_path, set(), "import torch\n", {}) == []
+
+
+def test_an_own_kernel_absent_from_the_traced_window_earns_nothing(tmp_path):
+    # Defined in its build, launched only on inputs it had seen: the timed window traced ran PyTorch alone.
+    so = tmp_path / "kh_seen" / "kh_seen.so"
+    mine = "kh_scale_kernel(float*, float, int)"
+    assert custom_kernels(_launched(PYTORCH), tmp_path, {mine}, "", {}) == []
+    # The honest twin launched it in the window: its own.
+    assert custom_kernels(_launched(PYTORCH) + _launched([mine], obj=str(so)), tmp_path, {mine}, "", {}) == [mine]
+
+
+def test_the_triton_add_example_keeps_its_credit(tmp_path):
+    launches = [KernelLaunch(name="add_kernel", handle=ADD_HANDLE)]
+    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE]}) == ["add_kernel"]
+    # The candidate's report claims only what its text defines; a launch of another handle is not its kernel.
+    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"other": [ADD_HANDLE]}) == []
+    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE + 1]}) == []
+    assert custom_kernels(launches, tmp_path, set(), "import torch\n", {"add_kernel": [ADD_HANDLE]}) == []
+
+
+def test_a_build_kernel_counts_only_through_a_stub_inside_the_build_dir(tmp_path):
+    mine = "fused_kernel(float*, int)"
+    inside = str(tmp_path / "ext" / "ext.so")
+    for obj in (inside, None, "ext/ext.so", f"{tmp_path}/../{tmp_path.name}-other/ext.so", f"{tmp_path}-other/x.so",
+                str(tmp_path / ".." / "elsewhere" / "ext.so")):
+        expected = [mine] if obj == inside else []
+        assert custom_kernels(_launched([mine], obj=obj), tmp_path, {mine}) == expected, obj
+
+
+def test_triton_jit_names_are_the_functions_its_text_decorates_with_jit():
+    source = TRITON_ADD + '''
+from triton import jit
+
+
+@triton.autotune(configs=[], key=["n"])
+@triton.jit(do_not_specialize=["n"])
+def tuned(x, n):
+    pass
+
+
+@jit
+def bare(x):
+    pass
+
+
+def helper(x):
+    @triton.jit
+    def nested(y):
+        pass
+    return nested
+
+
+@torch.compile
+def compiled(x):
+    return x
+'''
+    assert triton_jit_names(source) == {"add_kernel", "tuned", "bare", "nested"}
+    assert triton_jit_names("def broken(:\n") == set()
 
 
 _PURE = '''

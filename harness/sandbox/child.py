@@ -2,14 +2,16 @@
 
 The only module that imports a submission. It answers the parent's commands (protocol.py): construct,
 trials (outputs saved for the trusted judge), timed windows (the parent's clock times them), hand-overs
-of the outputs the parent picks, the kernel trace. The submission owns this process and can change any of
-this code, so it decides nothing: what it reports is at most a claim against itself (an output that
-changed after the call, a flag switched), and its outputs are judged in the trusted process.
+of the outputs the parent picks, the kernel trace of the timed window the parent names. The submission owns this
+process and can change any of this code, so it decides nothing: what it reports is at most a claim against itself
+(an output that changed after the call, a flag switched, a kernel launched), and its outputs are judged in the trusted
+process.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import inspect
 import json
@@ -136,31 +138,61 @@ def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device
     return out, changed, mutated
 
 
-def kernels_of_one_call(model: torch.nn.Module, inputs: list[Any]) -> list[str]:
-    """The names of the GPU kernels one forward launches: from CUPTI's launch callbacks (milliseconds), or where
-    they cannot tell (a CUDA graph launched), from the torch profiler (seconds: its first start in a process)."""
-    def call() -> None:
-        model(*inputs)
-        torch.cuda.synchronize()
+def own_triton_kernels(path: Path) -> dict[str, list[int]]:
+    """The handles (`CUfunction`) of the compiled kernels of every `@triton.jit` function whose code lives in the
+    submission's file, by function name: what ties a traced Triton launch to the submission's own text. Inductor's
+    generated functions live in files of its cache. Empty where Triton was never imported."""
+    jit = sys.modules.get("triton.runtime.jit")
+    cls = getattr(jit, "JITFunction", None)
+    if not isinstance(cls, type):
+        return {}
+    own: dict[str, list[int]] = {}
+    for obj in gc.get_objects():
+        code = getattr(getattr(obj, "fn", None), "__code__", None) if issubclass(type(obj), cls) else None
+        if code is None or code.co_filename != str(path):
+            continue
+        for caches in list(getattr(obj, "device_caches", {}).values()):
+            compiled = caches[0] if isinstance(caches, tuple) and caches and isinstance(caches[0], dict) else {}
+            handles = [k.function for k in compiled.values() if isinstance(getattr(k, "function", None), int)]
+            own.setdefault(obj.fn.__name__, []).extend(handles)
+    return own
 
-    torch.cuda.synchronize()
-    names = launches.names_of_launches(call)
-    if names is None:
-        print("kernel trace: CUPTI's launch callbacks could not name them; the torch profiler traces", file=sys.stderr,
-              flush=True)
-        from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            call()
-        names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
-    return names[:500]
+class _Launches:
+    """The kernel trace: CUPTI's launch callbacks, subscribed before the submission's code loads and on only for the
+    window the parent asks to trace; each kernel first launched there goes to the parent at once ('launched')."""
+
+    def __init__(self, chan: Channel):
+        self.chan = chan
+        self.tracer = launches.Tracer.subscribe(self._emit)
+        self.error = None if self.tracer is not None else "CUPTI is missing or refused a subscriber"
+
+    def _emit(self, name: str | None, handle: int | None, obj: str | None) -> None:
+        if name is None:
+            self.chan.send("launched", graph=True)
+        else:
+            self.chan.send("launched", name=name[:2000], handle=handle, object=obj)
+
+    def start(self) -> None:
+        if self.tracer is None or not self.tracer.start():
+            self.chan.send("launched", error=self.error or "CUPTI refused the launch callbacks")
+
+    def stop(self) -> None:
+        if self.tracer is not None:
+            self.tracer.stop()
+
+    def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
 
 
 class _Session:
     """The candidate's side of an evaluation, one method per command. Replies carry the command's nonce."""
 
-    def __init__(self, req: CandidateRequest, chan: Channel, module: Any, flags_before_import: dict[str, Any]):
+    def __init__(self, req: CandidateRequest, chan: Channel, module: Any, flags_before_import: dict[str, Any],
+                 traced: _Launches | None = None):
         self.req, self.chan, self.module = req, chan, module
+        self.launches = traced
         self.device = torch.device(req.device)
         self.flags = flags_before_import
         self.flag_changes: list[dict[str, Any]] = []
@@ -168,7 +200,6 @@ class _Session:
         self.problem: Any = None
         self.flush: torch.Tensor | None = None
         self.kept: list[Any] = []
-        self.last_inputs: list[Any] = []
 
     def check_flags(self, when: str) -> None:
         now = torchflags.snapshot()
@@ -226,7 +257,6 @@ class _Session:
                 if inputs_changed:
                     mutated.append((i, inputs_changed))
                 torch.save(_saveable(out), out_dir / (output_file(i) if i is not None else DETERMINISM_FILE))
-                self.last_inputs = inputs
                 del out
         self.check_flags("run")
         return {"outputs_changed": changed, "inputs_mutated": mutated, "flag_changes": self.flag_changes}
@@ -234,8 +264,15 @@ class _Session:
     def window(self, cmd: Window) -> dict[str, Any]:
         assert self.model is not None
         self.kept = []
-        seen = timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
-                                 self.flush if cmd.flush_l2 else None, keep=self.kept)
+        traced = self.launches if cmd.trace else None
+        if traced is not None:
+            traced.start()
+        try:
+            seen = timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
+                                     self.flush if cmd.flush_l2 else None, keep=self.kept)
+        finally:
+            if traced is not None:
+                traced.stop()
         return seen if isinstance(seen, dict) else {}  # a diagnostic: the parent believes none of it
 
     def fingerprint(self, cmd: Fingerprint) -> dict[str, Any]:
@@ -247,13 +284,10 @@ class _Session:
         return {}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:
-        assert self.model is not None
-        self.kept = []
-        try:  # CUPTI may leave a per-launch cost behind: traced after every timed window
-            with torch.no_grad():
-                return {"names": kernels_of_one_call(self.model, self.last_inputs)}
-        except Exception as e:  # no CUPTI: the check is skipped, not failed
-            return {"names": None, "error": f"{type(e).__name__}: {e}"[:500]}
+        """After the timed rounds: CUPTI let go, and which compiled Triton kernels are the submission's own."""
+        if self.launches is not None:
+            self.launches.close()
+        return {"own_triton": own_triton_kernels(self.req.submission_path)}
 
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
@@ -266,6 +300,8 @@ def run(req: CandidateRequest, chan: Channel) -> None:
     exit (or stdin ends)."""
     phase = Phase.compile
     try:
+        # Before any of the submission's code loads: it finds the tracer in place, and cannot keep it from starting.
+        traced = _Launches(chan) if req.device.startswith("cuda") else None
         line = sys.stdin.readline()
         if not line.strip().startswith("{"):
             return  # "exit": the evaluation this process was started for will not run
@@ -273,7 +309,7 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         t0 = time.perf_counter()
         flags = torchflags.snapshot()
         module = import_submission(req.submission_path)
-        session = _Session(req, chan, module, flags)
+        session = _Session(req, chan, module, flags, traced)
         session.check_flags("import")
         seconds = time.perf_counter() - t0
         if session.device.type == "cuda":  # the context now, while the trusted side writes the parameters: the

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from harness import kernels
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
-from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import
-from harness.schema import ChildError, ChildExit, FlagChange, KernelTrace, Observations
+from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
+from harness.schema import ChildError, ChildExit, FlagChange, KernelLaunch, KernelTrace, Observations
 from harness.verdicts import Phase
 
 
@@ -88,14 +88,15 @@ class _Poll(Exception):
 
 
 IMPORT_POLL_S = 1.0
+MAX_LAUNCHES = 1000  # distinct kernels a traced window may report: a real forward launches tens
 
 
 class Candidate:
     """The candidate's process, driven command by command. `finish` always ends it and records how it ended."""
 
     def __init__(self, proc: ChildProcess, obs: Observations, builds: Path, release_build: contextlib.ExitStack,
-                 kill_grace_s: float):
-        self.proc, self.obs, self.builds = proc, obs, builds
+                 kill_grace_s: float, source: str = ""):
+        self.proc, self.obs, self.builds, self.source = proc, obs, builds, source
         self.release_build = release_build
         self.kill_grace_s = kill_grace_s
         self.exit = ChildExit(phase=Phase.compile)
@@ -162,6 +163,9 @@ class Candidate:
             raise CandidateStopped from None
         want = REPLIES[command.cmd]
         msg = self._next(self.sent_at + limit_s)
+        while msg.event == "launched" and isinstance(command, Window) and command.trace:
+            self._launched(msg.fields)
+            msg = self._next(self.sent_at + limit_s)
         if msg.event == "invalid" and command.cmd == "construct" and msg.fields.get("nonce") == command.nonce:
             self.obs.static_error = str(msg.fields.get("message", "ModelNew cannot be constructed"))
             self.exit.finished = True
@@ -222,12 +226,37 @@ class Candidate:
                                                 "harness messages")
         self.obs.candidate_exit = self.exit
         self.obs.log_tail = self.proc.log_tail()
-        if self.obs.kernels is not None and self.obs.kernels.names is not None:
-            self.obs.kernels.custom = kernels.custom_kernels(self.obs.kernels.names,
-                                                             kernels.extension_symbols(self.builds))
+        trace = self.obs.kernels
+        if trace is not None and not trace.from_source:
+            trace.custom = kernels.custom_kernels(trace.launches, self.builds, kernels.device_kernels(self.builds),
+                                                  self.source, trace.own_triton)
+
+    def begin_trace(self, window: int) -> None:
+        """The timed round whose window is traced: its launches arrive with it (`_launched`)."""
+        self.obs.kernels = KernelTrace(names=[], window=window)
+
+    def _launched(self, fields: dict[str, Any]) -> None:
+        """A kernel the traced window launched, as it happened: a claim, which credits only what the submission's
+        build or its own `@triton.jit` text defines (kernels.custom_kernels)."""
+        trace = self.obs.kernels
+        assert trace is not None and trace.names is not None, "begin_trace first"
+        try:
+            m = LaunchedMessage.model_validate(fields)
+        except ValidationError as e:
+            self._violation(f"a malformed 'launched': {str(e).splitlines()[0]}")
+        if m.error:
+            trace.error = m.error[:500]
+        trace.graph = trace.graph or m.graph
+        if m.name is not None and len(trace.launches) < MAX_LAUNCHES:
+            trace.launches.append(KernelLaunch(name=m.name[:2000], handle=m.handle, object=m.object))
+            if m.name not in trace.names:
+                trace.names.append(m.name[:2000])
 
     def record_trace(self, fields: dict[str, Any]) -> None:
-        self.obs.kernels = KernelTrace(names=fields.get("names"), error=fields.get("error"))
+        """The Trace command's reply: the handles of the submission's own compiled Triton kernels."""
+        if self.obs.kernels is not None:
+            self.obs.kernels.own_triton = {str(k)[:200]: v[:1000] for k, v in
+                                           list((fields.get("own_triton") or {}).items())[:200]}
 
     def _next(self, deadline: float, final: bool = True) -> Message:
         """The next message before `deadline`; an 'error' (the submission raised) ends the conversation. With

@@ -1,17 +1,23 @@
-"""The names of the kernels a call launches, from CUPTI's callback API (ctypes; the candidate's process only).
+"""The kernels a process launches, from CUPTI's callback API (ctypes; the candidate's process only).
 
-CUPTI calls back on entry to every CUDA runtime or driver call that launches a kernel, with the kernel's name.
-Subscribing takes about 20 ms, and once unsubscribed and finalized nothing stays behind: on an H100 host a small
-GroupNorm's launch took 45.5 us before and 44.1 us after, and the names were the torch profiler's, name for name.
-The profiler's first start in a process takes 4-7 s there, and leaves about a third more on every later launch.
+CUPTI calls back on entry to every CUDA runtime or driver call that launches a kernel, with the kernel's name and
+the call's parameters, whose first function argument is the kernel's handle (a driver launch's `CUfunction`, which
+Triton's compiled kernels hold as `.function`). A `Tracer` subscribes once, before the submission's code loads, with
+no callback on; `start` turns the launch callbacks on for the calls to trace and `stop` off again; each kernel first
+seen in between is reported through `emit` at once (the candidate's process writes it to the parent as it happens).
+Subscribing takes about 20 ms, out of any window; once unsubscribed and finalized nothing stays behind: on an H100
+host a small GroupNorm's launch took 45.5 us before and 44.1 us after, and the names were the torch profiler's, name
+for name. The profiler's first start in a process takes 4-7 s there, and leaves about a third more on every later
+launch.
 
-A CUDA graph's kernels run inside its launch call, which names none of them: `names_of_launches` then says None,
-as it does where CUPTI is missing or refuses (another subscriber holds it), and the caller asks the profiler.
+A CUDA graph's kernels run inside its launch call, which names none of them: the tracer says so (`graph`), and the
+caller asks the profiler.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 from collections.abc import Callable
@@ -39,6 +45,38 @@ class _CallbackData(ctypes.Structure):  # CUpti_CallbackData
 
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+# Where a driver launch's parameters (cupti_driver_cbid.h's `*_params` structs) hold its CUfunction: first for
+# cuLaunch, cuLaunchGrid(Async), cuLaunchKernel(_ptsz), cuLaunchCooperativeKernel(_ptsz); after the launch config for
+# cuLaunchKernelEx(_ptsz) (Triton's launcher). The multi-device launch holds a list: no handle.
+_HANDLE_OFFSET = {115: 0, 116: 0, 117: 0, 307: 0, 442: 0, 477: 0, 478: 0, 652: 8, 653: 8}
+# Where a runtime launch's parameters hold its host stub: first, but after the launch config for cudaLaunchKernelExC
+# (_ptsz). The multi-device launch holds a list: no handle.
+_STUB_OFFSET = {13: 0, 211: 0, 214: 0, 269: 0, 270: 0, 430: 8, 431: 8}
+Emit = Callable[[str | None, int | None, str | None], None]  # (name, handle, the host stub's shared object)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.cache
+def _dladdr() -> Any | None:
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except (OSError, AttributeError):
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    return dladdr
+
+
+def shared_object_of(address: int) -> str | None:
+    """The path of the shared object (as it was loaded) that holds `address`, or None (dladdr)."""
+    info = _DlInfo()
+    dladdr = _dladdr()
+    if dladdr is None or not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return info.dli_fname.decode(errors="replace")
 
 
 def cupti() -> Any | None:
@@ -58,37 +96,98 @@ def cupti() -> Any | None:
     return None
 
 
+class Tracer:
+    """CUPTI's launch callbacks, subscribed once (`subscribe`); on between `start` and `stop`. Each kernel first seen
+    while on (by its handle, else its name) goes to `emit(name, handle, object)`, demangled: a driver launch's handle
+    is its CUfunction, a runtime launch's its host stub, and `object` the shared object holding that stub. The first
+    CUDA graph launch goes to `emit(None, None, None)`. `close` lets CUPTI go."""
+
+    def __init__(self, lib: Any, subscriber: ctypes.c_void_p, callback: Any, emit: Emit):
+        self.lib, self.subscriber, self.emit = lib, subscriber, emit
+        self._callback = callback  # referenced until unsubscribed
+        self.seen: set[Any] = set()
+        self.graph = False
+        self.on = False
+        self.closed = False
+
+    @classmethod
+    def subscribe(cls, emit: Emit, lib: Any | None = None) -> Tracer | None:
+        """A tracer with every callback off, or None where CUPTI is missing or refuses (another subscriber holds it)."""
+        lib = lib if lib is not None else cupti()
+        if lib is None:
+            return None
+        holder: list[Tracer] = []
+
+        def on_enter(_user: Any, domain: int, cbid: int, data: Any) -> None:
+            if holder:
+                holder[0]._launched(domain, cbid, data)
+
+        callback = _CALLBACK(on_enter)
+        subscriber = ctypes.c_void_p()
+        if lib.cuptiSubscribe(ctypes.byref(subscriber), callback, None) != 0:
+            return None
+        holder.append(cls(lib, subscriber, callback, emit))
+        return holder[0]
+
+    def _launched(self, domain: int, cbid: int, data: Any) -> None:
+        d = ctypes.cast(data, ctypes.POINTER(_CallbackData)).contents
+        if d.callbackSite != _API_ENTER or not self.on:
+            return
+        if cbid in _GRAPH_LAUNCHES.get(domain, ()):
+            if not self.graph:
+                self.graph = True
+                self.emit(None, None, None)
+            return
+        offset = (_HANDLE_OFFSET if domain == _DRIVER else _STUB_OFFSET).get(cbid)
+        handle = ctypes.c_void_p.from_address(d.functionParams + offset).value \
+            if offset is not None and d.functionParams else None
+        if not d.symbolName:
+            return
+        key = (domain, handle) if handle else d.symbolName
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        obj = shared_object_of(handle) if handle and domain == _RUNTIME else None
+        self.emit(demangle(d.symbolName), handle, obj)
+
+    def _enable(self, on: int) -> bool:
+        wanted = [(domain, cbid) for table in (_LAUNCHES, _GRAPH_LAUNCHES) for domain, ids in table.items()
+                  for cbid in ids]
+        results = [self.lib.cuptiEnableCallback(on, self.subscriber, domain, cbid) for domain, cbid in wanted]
+        return all(r == 0 for r in results)
+
+    def start(self) -> bool:
+        """The launch callbacks on; False where CUPTI refused (or was let go)."""
+        if self.closed:
+            return False
+        self.on = True
+        if not self._enable(1):
+            self.stop()
+        return self.on
+
+    def stop(self) -> None:
+        if self.on:
+            self._enable(0)
+            self.on = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.lib.cuptiUnsubscribe(self.subscriber)
+            self.lib.cuptiFinalize()  # detached: no cost left on later launches
+
+
 def names_of_launches(call: Callable[[], Any], lib: Any | None = None) -> list[str] | None:
     """Run `call` with CUPTI's launch callbacks on: the (demangled) names of the kernels it launched, sorted. None
     where they cannot tell (no CUPTI, it refused, a CUDA graph was launched); `call`'s own exception propagates."""
-    lib = lib if lib is not None else cupti()
-    if lib is None:
-        return None
-    names: set[bytes] = set()
-    graphs: list[int] = []
-
-    def on_enter(_user: Any, domain: int, cbid: int, data: Any) -> None:
-        d = ctypes.cast(data, ctypes.POINTER(_CallbackData)).contents
-        if d.callbackSite != _API_ENTER:
-            return
-        if cbid in _GRAPH_LAUNCHES.get(domain, ()):
-            graphs.append(cbid)
-        elif d.symbolName:
-            names.add(d.symbolName)
-
-    callback = _CALLBACK(on_enter)  # referenced until unsubscribed
-    subscriber = ctypes.c_void_p()
-    if lib.cuptiSubscribe(ctypes.byref(subscriber), callback, None) != 0:
+    names: set[str] = set()
+    tracer = Tracer.subscribe(lambda name, _handle, _object: names.add(name) if name else None, lib)
+    if tracer is None:
         return None
     try:
-        wanted = [(domain, cbid) for table in (_LAUNCHES, _GRAPH_LAUNCHES) for domain, ids in table.items()
-                  for cbid in ids]
-        if any(lib.cuptiEnableCallback(1, subscriber, domain, cbid) != 0 for domain, cbid in wanted):
+        if not tracer.start():
             return None
         call()
     finally:
-        lib.cuptiUnsubscribe(subscriber)
-        lib.cuptiFinalize()  # detached: no cost left on later launches
-    if graphs:
-        return None
-    return sorted({demangle(n) for n in names})
+        tracer.close()
+    return None if tracer.graph else sorted(names)

@@ -180,6 +180,8 @@ class Window(CandidateCommand):
     seeds: list[int]
     forward_seeds: list[int]
     flush_l2: bool = True
+    # Trace this window's launches: each kernel first launched in it is reported as it happens ('launched').
+    trace: bool = False
 
 
 class Fingerprint(CandidateCommand):
@@ -199,7 +201,8 @@ class Handover(CandidateCommand):
 
 
 class Trace(CandidateCommand):
-    """The names of the GPU kernels one forward launches (the profiler), on the last trial's inputs."""
+    """After the timed rounds: let CUPTI go, and report the handles of the compiled kernels of the `@triton.jit`
+    functions whose code lives in the submission's file (the traced window's launches came as they happened)."""
 
     cmd: Literal["trace"] = "trace"
 
@@ -228,7 +231,16 @@ class FingerprintedReply(_Reply):
 
 
 class TracedReply(_Reply):
-    names: list[str] | None = None
+    own_triton: dict[str, list[int]] = {}
+
+
+class LaunchedMessage(_Reply):
+    """A kernel first launched in the traced window, as it happened; or a CUDA graph's launch; or why none can be."""
+
+    name: str | None = None
+    handle: int | None = None
+    object: str | None = None
+    graph: bool = False
     error: str | None = None
 
 

@@ -82,7 +82,7 @@ _PROBE_TIMEOUT_S = 120.0
 # context, cuBLAS handles, a Triton kernel's JIT) on the slowest host.
 _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
-_TRACE_FLOOR_S = 60.0  # the profiler's start-up alone takes 5-7 s on an H100 host, more beside other evaluations
+_TRACE_FLOOR_S = 30.0  # CUPTI let go and the process's objects searched for Triton's compiled kernels
 _HEADROOM = 50.0  # times the reference's time per call
 # Writing outputs to the scratch disk is paid on top, at this pessimistic rate: a problem at its own size saves
 # gigabytes of trial outputs (KernelBench's level2/19: 7 of 2.2 GB), which no headroom over its calls covers.
@@ -115,8 +115,8 @@ class EvalOptions:
     compile_timeout_s: float | None = None  # the problem's own when None
     run_timeout_s: float | None = None
     seed: int | None = None  # fixes the secret seeds, for reproducing a run
-    # False skips the CUDA kernel trace (7 s of profiler start-up on an H100 host): for benchmarks of timing alone,
-    # whose results then carry no kernel evidence (no no_custom_kernel flag either way).
+    # False traces no timed window's launches (one window slowed by CUPTI's callbacks): for benchmarks of timing
+    # alone, whose results then carry no kernel evidence (no no_custom_kernel flag either way).
     kernel_trace: bool = True
     # False keeps the reference's parameters at the problem's own initialisation (as KernelBench evaluates), for
     # reproducing a result graded before they were drawn fresh.
@@ -470,6 +470,7 @@ class _Evaluation:
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
         draw = secrets.SystemRandom()
+        traced = draw.randrange(rounds) if self._traces() else None  # the timed round whose window is traced
 
         def phase(name: str) -> None:  # the timed rounds' time, split: the windows, and the checks between them
             if r >= 0:
@@ -493,7 +494,9 @@ class _Evaluation:
             reference: tuple[list[list[float | None]], list[list[float | None]]] = ([], [])
             for kind in draw.sample(kinds, len(kinds)):
                 if kind == "candidate":
-                    ms, said = self._candidate_window(seeds, forward, window_limit)
+                    if r == traced:
+                        self.candidate.begin_trace(r)
+                    ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced)
                     phase("timed_windows")
                     if r >= 0:  # right after the window, so that nothing it left undone runs off the parent's clock
                         got = self._fingerprint(key, window_limit, check)
@@ -546,11 +549,13 @@ class _Evaluation:
                                                     ).model_dump(mode="json"))
             self.judging_handovers = True
 
-    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float
+    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float, trace: bool = False
                           ) -> tuple[float, dict[str, Any]]:
-        """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim)."""
+        """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim). With
+        `trace`, the kernels it launched come with it (`Candidate.begin_trace`)."""
         assert self.candidate is not None
-        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds), limit_s, Phase.timing)
+        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds, trace=trace), limit_s,
+                                       Phase.timing)
         return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
 
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> list[list[float | None]]:
@@ -653,17 +658,26 @@ class _Evaluation:
         self._record_handover(numbers, judged["checks"])
         self.phases.end("handovers")
 
+    def _traces(self) -> bool:
+        """Whether a timed window is traced: on CUDA, unless the options say no or the source can launch no kernel of
+        its own (it builds nothing and imports only torch: `kernels.launches_only_library_kernels`)."""
+        assert self.provenance is not None
+        return self.provenance.device == "cuda" and self.options.kernel_trace and \
+            not kernels.launches_only_library_kernels(self.source)
+
     def trace_kernels(self) -> None:
-        """Which kernels one forward launches (CUDA): profiled after every timed window (CUPTI may leave a cost), unless
-        the source can launch none of its own (it builds nothing and imports only torch): then it is not traced."""
+        """After the timed rounds (one of whose windows was traced as it ran): CUPTI let go in the candidate's process,
+        and the handles of its own compiled Triton kernels asked for. A source that can launch no kernel of its own was
+        not traced, and is marked so."""
         assert self.candidate is not None and self.provenance is not None
-        if self.provenance.device == "cuda" and self.options.kernel_trace:
-            if kernels.launches_only_library_kernels(self.source):
-                self.obs.kernels = KernelTrace(names=[], from_source=True)
-                return
-            reply = self.candidate.request(Trace(), self._limit(_TRACE_FLOOR_S, 1), Phase.timing)
-            self.candidate.record_trace(reply.fields)
-            self.phases.end("kernel_trace")
+        if self.provenance.device != "cuda" or not self.options.kernel_trace:
+            return
+        if not self._traces():
+            self.obs.kernels = KernelTrace(names=[], from_source=True)
+            return
+        reply = self.candidate.request(Trace(), self._limit(_TRACE_FLOOR_S, 1), Phase.timing)
+        self.candidate.record_trace(reply.fields)
+        self.phases.end("kernel_trace")
 
     def end_candidate(self) -> None:
         """The harness has all it asks of the candidate: its process exits on its own, and is ended."""
@@ -899,4 +913,4 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     except BaseException:
         build_lock.close()
         raise
-    return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s)
+    return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s, source)

@@ -1,16 +1,20 @@
-"""The kernel trace's fast path, CUPTI's launch callbacks, against a stand-in for libcupti (the real one runs in the
-GPU tests): kernels named as they are launched, demangled once each; a CUDA graph's launch, a refusal or no CUPTI
-at all sends the trace to the profiler; CUPTI is let go whatever the call does."""
+"""The kernel trace, CUPTI's launch callbacks, against a stand-in for libcupti (the real one runs in the GPU tests):
+kernels named as they are launched, demangled and reported once each with the launch's function (a driver launch's
+CUfunction, a runtime launch's host stub and its shared object); callbacks on only between start and stop; a CUDA
+graph's launch, a refusal or no CUPTI at all said so; CUPTI is let go whatever the call does."""
 
 from __future__ import annotations
 
 import ctypes
+import sys
+import types
 
 import pytest
 
 from harness.sandbox import launches
 
 RUNTIME_LAUNCH, DRIVER_LAUNCH, RUNTIME_GRAPH = (2, 211), (1, 307), (2, 311)
+DRIVER_LAUNCH_EX, RUNTIME_LAUNCH_EX = (1, 652), (2, 430)  # Triton's cuLaunchKernelEx; cudaLaunchKernelExC
 
 
 class FakeCupti:
@@ -20,6 +24,7 @@ class FakeCupti:
         self.results = {"subscribe": subscribe, "enable": enable}
         self.callback = None
         self.enabled: list[tuple[int, int]] = []
+        self.disabled: list[tuple[int, int]] = []
         self.calls: list[str] = []
         self._keep: list[ctypes.Structure] = []
 
@@ -29,7 +34,7 @@ class FakeCupti:
         return self.results["subscribe"]
 
     def cuptiEnableCallback(self, enable, _subscriber, domain, cbid):
-        self.enabled.append((domain, cbid))
+        (self.enabled if enable else self.disabled).append((domain, cbid))
         return self.results["enable"]
 
     def cuptiUnsubscribe(self, _subscriber):
@@ -40,9 +45,13 @@ class FakeCupti:
         self.calls.append("finalize")
         return 0
 
-    def fire(self, site: tuple[int, int], symbol: bytes | None, enter: bool = True) -> None:
-        data = launches._CallbackData(callbackSite=0 if enter else 1, functionName=b"f", symbolName=symbol)
-        self._keep.append(data)
+    def fire(self, site: tuple[int, int], symbol: bytes | None, enter: bool = True, params: tuple[int, ...] = ()
+             ) -> None:
+        """A callback for `site`; `params`, the launch's parameters as pointer-sized words."""
+        words = (ctypes.c_uint64 * max(len(params), 1))(*params)
+        data = launches._CallbackData(callbackSite=0 if enter else 1, functionName=b"f", symbolName=symbol,
+                                      functionParams=ctypes.addressof(words) if params else None)
+        self._keep += [data, words]
         assert self.callback is not None
         self.callback(None, site[0], site[1], ctypes.addressof(data))
 
@@ -93,3 +102,70 @@ def test_the_calls_own_exception_propagates_and_cupti_is_still_let_go():
     with pytest.raises(RuntimeError, match="illegal memory access"):
         launches.names_of_launches(broken, lib)
     assert lib.calls == ["subscribe", "unsubscribe", "finalize"]
+
+
+def test_each_kernel_is_reported_once_as_launched_with_its_function_and_only_while_on():
+    lib = FakeCupti()
+    got = []
+    tracer = launches.Tracer.subscribe(lambda *record: got.append(record), lib)
+    assert tracer is not None and lib.enabled == []  # subscribed with every callback off
+    libc_stub = ctypes.cast(ctypes.CDLL(None).printf, ctypes.c_void_p).value  # a host address inside libc
+    cubin_function, config = 0x5A5A_0000_0010, 0x1234
+    assert tracer.start()
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(libc_stub, 1, 1))
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(libc_stub, 1, 1))  # once per function
+    lib.fire(DRIVER_LAUNCH_EX, b"add_kernel", params=(config, cubin_function, 0, 0))  # after the launch config
+    lib.fire(DRIVER_LAUNCH, b"triton_", params=(cubin_function + 8,))
+    lib.fire(DRIVER_LAUNCH, b"triton_", params=(cubin_function + 16,))  # another kernel of the same name
+    lib.fire(RUNTIME_LAUNCH_EX, b"_Z3fooPf", params=(config, libc_stub + 64))
+    lib.fire(RUNTIME_GRAPH, None)
+    lib.fire(RUNTIME_GRAPH, None)
+    tracer.stop()
+    assert lib.disabled == lib.enabled
+    lib.fire(DRIVER_LAUNCH, b"after_stop", params=(7,))  # CUPTI calls back no more once off; ignored if it did
+    assert len(got) == 6
+    names = [(r[0], r[1]) for r in got]
+    assert names[:4] == [("hardtanh_kernel(float const*, float*, long, float, float)", libc_stub),
+                         ("add_kernel", cubin_function), ("triton_", cubin_function + 8),
+                         ("triton_", cubin_function + 16)]
+    assert names[4] == ("foo(float*)", libc_stub + 64) and got[5] == (None, None, None)  # a graph, said once
+    assert "libc" in got[0][2] and got[1][2] is None  # a runtime stub's shared object; a driver launch has none
+    tracer.close()
+    tracer.close()
+    assert lib.calls == ["subscribe", "unsubscribe", "finalize"] and not tracer.start()
+
+
+def test_shared_object_of_an_address():
+    printf = ctypes.cast(ctypes.CDLL(None).printf, ctypes.c_void_p).value
+    assert "libc" in (launches.shared_object_of(printf) or "")
+    assert launches.shared_object_of(8) is None
+
+
+class _FakeJITFunction:
+    """Triton's JITFunction as far as the trace reads it: `fn` (the decorated function), `device_caches` (device ->
+    (compiled kernels by key, target, backend, binder)), each compiled kernel's `function` (its CUfunction)."""
+
+    def __init__(self, fn, handles):
+        self.fn = fn
+        self.device_caches = {0: ({i: types.SimpleNamespace(function=h) for i, h in enumerate(handles)}, None, None,
+                                  None)}
+
+
+def test_own_triton_kernels_are_those_of_jit_functions_whose_code_is_in_the_submissions_file(tmp_path, monkeypatch):
+    from harness.sandbox import child
+
+    assert child.own_triton_kernels(tmp_path / "submission.py") == {}  # Triton never imported
+    jit = types.ModuleType("triton.runtime.jit")
+    jit.JITFunction = _FakeJITFunction
+    monkeypatch.setitem(sys.modules, "triton.runtime.jit", jit)
+    submission, cache = tmp_path / "submission.py", tmp_path / "torchinductor_x" / "ab" / "cabcdef.py"
+    cache.parent.mkdir(parents=True)
+    submission.write_text("def add_kernel(x):\n    pass\n\ndef triton_(x):\n    pass\n")
+    cache.write_text("def triton_(x):\n    pass\n")
+    mine, theirs = {}, {}
+    exec(compile(submission.read_text(), str(submission), "exec"), mine)
+    exec(compile(cache.read_text(), str(cache), "exec"), theirs)
+    kept = [_FakeJITFunction(mine["add_kernel"], [0x10, 0x18]), _FakeJITFunction(mine["triton_"], [0x20]),
+            _FakeJITFunction(theirs["triton_"], [0x30]), _FakeJITFunction(mine["add_kernel"], [None])]
+    assert child.own_triton_kernels(submission) == {"add_kernel": [0x10, 0x18], "triton_": [0x20]}
+    del kept
