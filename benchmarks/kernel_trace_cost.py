@@ -5,13 +5,17 @@
 
 Each variant runs in fresh processes, taken in turn (side by side), each of which builds a small load_inline kernel
 (cached after the first), launches a forward of a GEMM, a sigmoid, a GroupNorm and that kernel once, then:
-- `callbacks`: traces the forward through CUPTI's launch callbacks (`launches.names_of_launches`, the trace's path);
+- `window`: the trace's path: a `launches.Tracer` subscribed before the first launch with every callback off (as the
+  candidate's process holds it through every timed window), then on for one forward (a traced window's calls) and
+  off again; `on_us` is the GroupNorm launch while on (what a traced window's calls pay);
+- `callbacks`: traces the forward through CUPTI's launch callbacks subscribed for it alone (`names_of_launches`);
 - `profiler`: traces it with the torch profiler (the fallback, for CUDA graphs);
 - `profiler-ahead`: starts the profiler once, empty, before the forward's first launch (a way to pay its first
   start ahead, measured and rejected), and traces nothing;
 - `none`: nothing.
 Each prints the trace's seconds, the names it found, and a small GroupNorm's launch (us per call, median of 5 runs of
-2000) before and after. A trace's cost is its seconds; what it leaves behind is the launch's after against none's.
+2000) before and after. A trace's cost is its seconds; what it leaves behind is the launch's after against none's;
+what a subscription held with every callback off costs every window is `window`'s before against none's.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from torch.utils.cpp_extension import load_inline
 from harness.sandbox import launches
 
 variant = sys.argv[1]
+seen = []
+tracer = launches.Tracer.subscribe(lambda *record: seen.append(record)) if variant == "window" else None
 source = r"""
 __global__ void kh_scale_kernel(float* x, float s, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,7 +81,12 @@ forward()
 launch_us()
 out["before_us"] = round(statistics.median(launch_us() for _ in range(5)), 3)
 t = time.perf_counter()
-if variant == "callbacks":
+if variant == "window":
+    tracer.start()
+    forward()
+    tracer.stop()
+    out["names"] = sorted({r[0] for r in seen if r[0] is not None})
+elif variant == "callbacks":
     out["names"] = launches.names_of_launches(forward)
 elif variant == "profiler":
     from torch.profiler import ProfilerActivity, profile
@@ -83,12 +94,16 @@ elif variant == "profiler":
         forward()
     out["names"] = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
 out["trace_s"] = round(time.perf_counter() - t, 4)
+if variant == "window":
+    tracer.start()
+    out["on_us"] = round(statistics.median(launch_us() for _ in range(5)), 3)
+    tracer.stop()
 launch_us()
 out["after_us"] = round(statistics.median(launch_us() for _ in range(5)), 3)
 print("RESULT " + json.dumps(out), flush=True)
 '''
 
-VARIANTS = ("none", "callbacks", "profiler", "profiler-ahead")
+VARIANTS = ("none", "window", "callbacks", "profiler", "profiler-ahead")
 
 
 def main() -> int:
@@ -106,8 +121,12 @@ def main() -> int:
             continue
         rows[variant].append(json.loads(line[7:]))
         print(f"{variant}: {line[7:][:300]}", flush=True)
-    names = {v: {tuple(r["names"] or ()) for r in rows[v] if "names" in r} for v in ("callbacks", "profiler")}
-    print(f"\nthe same names from callbacks and profiler: {names['callbacks'] == names['profiler']}")
+    names = {v: {tuple(r["names"] or ()) for r in rows[v] if "names" in r} for v in ("window", "callbacks", "profiler")}
+    print(f"\nthe same names from callbacks and profiler: {names['callbacks'] == names['profiler']}; from the "
+          f"window's tracer (GroupNorm's among them): {names['window'] >= names['callbacks'] or names['window']}")
+    on = [r["on_us"] for r in rows["window"] if "on_us" in r]
+    if on:
+        print(f"GroupNorm us while a window's trace is on: {statistics.median(on):.3f}")
     print(f"{'variant':16s} {'trace s':>9s} {'GroupNorm us before':>20s} {'after':>9s}  (medians over processes)")
     for v in VARIANTS:
         if rows[v]:

@@ -118,12 +118,26 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("input-range shortcut", A + "input_range_shortcut.py", "wrong_answer", None,
             "an extra trial on randn*2+0.5 inputs", HONEST, message_has="randn*2+0.5 inputs"),
     Exploit("pure PyTorch wrapper", S + "l30_pytorch_correct.py", "passed", "no_custom_kernel",
-            "the kernel trace of one forward: only library kernels ran", SOLUTION, gpu=True),
+            "its source builds nothing and imports only torch: no kernel of its own can run", SOLUTION, gpu=True),
+    Exploit("inductor's kernels, unique names off", A + "inductor_anonymous_kernels.py", "passed", "no_custom_kernel",
+            "a traced kernel is its own only where its build's device code or a @triton.jit function of its own file "
+            "compiled it: inductor's `triton_` kernels come from files of its cache", SOLUTION, gpu=True),
+    Exploit("inductor's kernels beside a @triton.jit decoy of their name", A + "inductor_beside_triton_decoy.py",
+            "passed", "no_custom_kernel",
+            "a Triton launch is its own only where its CUfunction is a compiled kernel of a @triton.jit function of "
+            "its own file: the name `triton_` its text also defines claims none of inductor's",
+            S + "l151_triton_add.py", gpu=True, problem="level1/151", problems_dir="tests/fixtures/problems"),
+    Exploit("a library's kernel that looks like no library's (cuFFT)", A + "cufft_beside_pytorch.py", "passed",
+            "no_custom_kernel", "no name counts for looking like no library's: cuFFT's kernels are in no build of its "
+            "own and no @triton.jit function of its text", SOLUTION, gpu=True),
+    Exploit("own kernel only on inputs seen before", A + "own_kernel_on_seen_inputs.py", "passed", "no_custom_kernel",
+            "the trace is of a timed window's own calls, drawn among the timed rounds, on inputs made fresh from the "
+            "window's seeds: no replay of inputs it has seen", SOLUTION, gpu=True),
     Exploit("GPU work left running after the reply", A + "leftover_gpu_work.py", "flagged", "leftover_gpu_work",
             "the candidate's processes are stopped once its turn is over, and the trusted side waits for an idle GPU "
             "before each reference window, off its clock; static pre-check", HONEST, gpu=True, alone=True),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
-            "the kernel trace of one forward: the compiled kernel never ran", SOLUTION, gpu=True),
+            "the kernel trace of a timed window: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,
             "the reference's parameters are drawn fresh for each evaluation (GroupNorm's weight is no longer 1, its "
             "bias no longer 0) and reach ModelNew by name, or by shape and likeness of name",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +50,21 @@ def test_a_kernel_run_only_inside_a_cuda_graph_is_not_credited(settings):
     assert kernels is not None and kernels.graph and kernels.custom == [], kernels
     flag = next(f for f in r.flags if f.check == "no_custom_kernel")
     assert "CUDA graph" in flag.detail, flag.detail
+
+
+@pytest.mark.long
+def test_the_triton_add_example_keeps_its_credit(settings):
+    """KernelBench's Triton backend example: its @triton.jit add kernel, launched in the traced timed window, is
+    compiled from a function of its own file: its own (no name pattern decides it)."""
+    spec = get_registry(Path(__file__).parents[1] / "fixtures" / "problems").get("level1/151")
+    r = evaluate(spec, (SUBMISSIONS / "l151_triton_add.py").read_text(),
+                 EvalOptions(device="cuda", size="default", compile_baseline="off"), settings)
+    print(f"\n[gpu] {r.verdict.value}: {r.message}")
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    assert not {f.check for f in r.flags} - {"timing_unreliable"}, r.flags
+    kernels = r.observations.kernels
+    assert kernels is not None and kernels.custom == ["add_kernel"], kernels
+    assert kernels.own_triton.get("add_kernel"), kernels
 
 
 def test_illegal_memory_access_is_crashed_and_the_next_evaluation_is_unaffected(settings):
