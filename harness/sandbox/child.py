@@ -164,8 +164,13 @@ class _Launches:
 
     def __init__(self, chan: Channel):
         self.chan = chan
-        self.tracer = launches.Tracer.subscribe(self._emit)
-        self.error = None if self.tracer is not None else "CUPTI is missing or refused a subscriber"
+        self.error: str | None = None
+        try:  # a host without CUPTI costs the submission its credit, never its verdict
+            self.tracer = launches.Tracer.subscribe(self._emit)
+        except Exception as e:
+            self.tracer, self.error = None, f"CUPTI could not be subscribed: {type(e).__name__}: {e}"[:500]
+        if self.tracer is None and self.error is None:
+            self.error = "CUPTI is missing or refused a subscriber"
 
     def _emit(self, name: str | None, handle: int | None, obj: str | None) -> None:
         if name is None:
@@ -267,6 +272,8 @@ class _Session:
         traced = self.launches if cmd.trace else None
         if traced is not None:
             traced.start()
+        elif cmd.trace:
+            self.chan.send("launched", error="CUPTI was not subscribed when this process started")
         try:
             seen = timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
                                      self.flush if cmd.flush_l2 else None, keep=self.kept)
@@ -301,7 +308,7 @@ def run(req: CandidateRequest, chan: Channel) -> None:
     phase = Phase.compile
     try:
         # Before any of the submission's code loads: it finds the tracer in place, and cannot keep it from starting.
-        traced = _Launches(chan) if req.device.startswith("cuda") else None
+        traced = _Launches(chan) if req.kernel_trace else None
         line = sys.stdin.readline()
         if not line.strip().startswith("{"):
             return  # "exit": the evaluation this process was started for will not run

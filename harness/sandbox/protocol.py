@@ -131,6 +131,9 @@ class CandidateRequest(BaseModel):
     device: Literal["cpu", "cuda"]
     exchange_dir: Path  # INIT_ARGS_FILE, PARAMETERS_FILE and inputs_file(i), from the trusted side
     outputs_dir: Path
+    # Subscribe CUPTI before the import, for the kernel trace of a timed window (a CUDA source that can launch a
+    # kernel of its own, unless the options say no trace): others never hold a subscription.
+    kernel_trace: bool = False
 
 
 def nonce() -> str:

@@ -659,11 +659,8 @@ class _Evaluation:
         self.phases.end("handovers")
 
     def _traces(self) -> bool:
-        """Whether a timed window is traced: on CUDA, unless the options say no or the source can launch no kernel of
-        its own (it builds nothing and imports only torch: `kernels.launches_only_library_kernels`)."""
         assert self.provenance is not None
-        return self.provenance.device == "cuda" and self.options.kernel_trace and \
-            not kernels.launches_only_library_kernels(self.source)
+        return traces_kernels(self.provenance.device, self.source, self.options)
 
     def trace_kernels(self) -> None:
         """After the timed rounds (one of whose windows was traced as it ran): CUPTI let go in the candidate's process,
@@ -889,6 +886,12 @@ def precompile_all(texts: list[str], target: Provenance, settings: Settings, wor
         return list(pool.map(lambda text: precompile(text, target, settings, **kw), texts))
 
 
+def traces_kernels(device: str, source: str, options: EvalOptions) -> bool:
+    """Whether a timed window of the candidate's is traced: on CUDA, unless the options say no or the source can launch
+    no kernel of its own (it builds nothing and imports only torch: `kernels.launches_only_library_kernels`)."""
+    return device == "cuda" and options.kernel_trace and not kernels.launches_only_library_kernels(source)
+
+
 def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
                      load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations,
                      wait_for_build: bool = True) -> Candidate:
@@ -898,7 +901,8 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
-                               exchange_dir=exchange, outputs_dir=home / "outputs")
+                               exchange_dir=exchange, outputs_dir=home / "outputs",
+                               kernel_trace=traces_kernels(target.device, source, options))
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
     builds, env = _build_env(source, target, settings, home, options.extra_env)
