@@ -34,7 +34,7 @@ _KIND_PTX, _KIND_CUBIN = 1, 2
 _LZ, _ZSTD = 0x2000, 0x8000  # entry flags: nvcc --compress-mode=speed; zstd (=size, and PTX by default)
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
-_SHT_SYMTAB, _STT_FUNC, _STO_CUDA_ENTRY = 2, 2, 0x10
+_SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _STO_CUDA_ENTRY = 2, 11, 2, 0x10
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)")
 MAX_SECTION_BYTES = 256 << 20
 MAX_ENTRY_BYTES = 256 << 20  # one decompressed cubin or PTX text
@@ -247,8 +247,8 @@ def demangle(name: bytes) -> str:
         lib[1](ptr)
 
 
-def device_kernels(path: Path) -> set[str]:
-    """Demangled names of the kernels in one shared object's device code (empty for host-only code)."""
+def device_kernel_symbols(path: Path) -> set[bytes]:
+    """Mangled names of the kernels in one shared object's device code (empty for host-only code)."""
     try:
         section = _read_fatbin_section(path)
         if section is None:
@@ -260,4 +260,46 @@ def device_kernels(path: Path) -> set[str]:
     if unread:  # a build's cubin and PTX usually hold the same kernels: only a file read for none is news
         log.log(logging.DEBUG if mangled else logging.WARNING, "%d zstd-compressed device-code entries of %s "
                 "not read (no zstd command on this host)", unread, path)
-    return {demangle(m) for m in mangled}
+    return mangled
+
+
+def device_kernels(path: Path) -> set[str]:
+    """Demangled names of the kernels in one shared object's device code (empty for host-only code)."""
+    return {demangle(m) for m in device_kernel_symbols(path)}
+
+
+def host_functions(path: Path, names: set[bytes]) -> dict[bytes, int]:
+    """The addresses (relative to where the object is loaded) of the functions among `names` that a shared object
+    defines, from its symbol tables (.symtab, which holds local ones too, and .dynsym). nvcc gives each kernel a host
+    function of the kernel's own (mangled) name, the one a launch names: its host stub. Empty where unreadable."""
+    found: dict[bytes, int] = {}
+    if not names:
+        return found
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return found
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return found
+        sections = [h for _, h in elf_sections(lambda off, n: os.pread(fd, n, off), st.st_size)]
+        for h in sections:
+            if h.type not in (_SHT_SYMTAB, _SHT_DYNSYM) or h.link >= len(sections) or h.size > MAX_SECTION_BYTES:
+                continue
+            strtab = sections[h.link]
+            if strtab.size > MAX_SECTION_BYTES:
+                continue
+            strings = os.pread(fd, strtab.size, strtab.offset)
+            table = os.pread(fd, h.size, h.offset)
+            for i in range(h.size // _SYMBOL.size):
+                name_at, info, _other, shndx, value, _size = _unpack(_SYMBOL, table, i * _SYMBOL.size)
+                if info & 0xF == _STT_FUNC and shndx and value:
+                    name = _cstring(strings, name_at)
+                    if name in names:
+                        found[name] = value
+    except (OSError, _Malformed, struct.error) as e:
+        log.warning("symbols of %s not read: %s", path, e)
+    finally:
+        os.close(fd)
+    return found

@@ -1,16 +1,17 @@
 """Which GPU kernels are the submission's own. No torch: the parent uses this.
 
 The evidence is a trace of one timed window's own calls: the candidate's process reports each kernel as it is first
-launched there (sandbox/launches.py), with the launch's function: a runtime launch's host stub and the shared object
-that holds it, a driver launch's `CUfunction`. A kernel counts as the submission's own only where the submission
-provably defined it:
-- its build's device code (the CUDA fatbin in a shared object under its build dir) defines a kernel of exactly that
-  (demangled) name, and the launch went through a host stub in a shared object under its build dir. A build can
-  compile a kernel named exactly like PyTorch's, so the name alone would claim PyTorch's launches of it; the stub's
-  object tells them apart. Host symbols never name a kernel: any C++ file can define a function of any name;
-- or it is a Triton kernel compiled from a `@triton.jit` function that the submission's own text defines, and the
-  launch's `CUfunction` is one of that function's compiled kernels, as the candidate's process lists them for the
-  JIT functions whose code lives in the submission's file. Inductor's generated kernels (all named `triton_` when its
+launched there (sandbox/launches.py), with the launch's handle: a runtime launch's host stub (or its cudaKernel_t), a
+driver launch's `CUfunction`. After the timed rounds it lists the handles of what the submission defined: the host
+stubs (and their cudaKernel_t) of the kernels in the device code of the shared objects under its build dir, and the
+compiled kernels of the `@triton.jit` functions whose code lives in its file. A kernel counts as the submission's own
+only where it provably defined it:
+- the device code of its build (the CUDA fatbin in a shared object under its build dir, read here) defines a kernel
+  of exactly that (demangled) name, and the launch's handle is that build's kernel's. A build can compile a kernel
+  named exactly like PyTorch's, so the name alone would claim PyTorch's launches of it; the handle tells them apart.
+  Host symbols never name a kernel: any C++ file can define a function of any name;
+- or it is a Triton kernel compiled from a `@triton.jit` function that the submission's text defines, the launch's
+  `CUfunction` one of that function's compiled kernels. Inductor's generated kernels (all named `triton_` when its
   unique names are off) live in files of its cache, and a function of the same name in the text claims none of them.
 A name that "looks like no library's" is no evidence (cuFFT's `vector_fft_r2c<...>` looks like none), and no list of
 library names decides anything. A traced window that launched none of its own is `no_custom_kernel`.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -59,25 +59,23 @@ def triton_jit_names(source: str) -> set[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(is_jit, node.decorator_list))}
 
 
-def _under(path: str | None, root: Path) -> bool:
-    """Whether `path` (as the candidate's process named it) lies under `root`, `..` and all taken literally."""
-    if not path or not os.path.isabs(path):
-        return False
-    return os.path.normpath(path).startswith(os.path.normpath(root) + os.sep)
-
-
-def custom_kernels(launches: Iterable[KernelLaunch], build_root: Path, own_kernels: set[str], source: str = "",
-                   own_triton: dict[str, list[int]] | None = None) -> list[str]:
+def custom_kernels(launches: Iterable[KernelLaunch], own_kernels: set[str], source: str = "",
+                   own_triton: dict[str, list[int]] | None = None,
+                   own_build: dict[str, list[int]] | None = None) -> list[str]:
     """The names of the traced kernels that are the submission's own. `own_kernels` are the exact names in its
-    build's device code (`device_kernels(build_root)`); `own_triton` maps the name of each `@triton.jit` function
-    whose code lives in the submission's file to the handles of its compiled kernels (the candidate's report)."""
+    build's device code (`device_kernels`, read by the parent); `own_build` and `own_triton` are the candidate's
+    report: the handles of its build's kernels by name, of its own file's `@triton.jit` functions' compiled kernels
+    by function name."""
     jit_names = triton_jit_names(source)
-    handles = {h for name, hs in (own_triton or {}).items() if name in jit_names for h in hs}
+    triton = {h for name, hs in (own_triton or {}).items() if name in jit_names for h in hs}
+    build = own_build or {}
 
     def own(launch: KernelLaunch) -> bool:
-        if launch.name in own_kernels and _under(launch.object, build_root):
+        if launch.handle is None:
+            return False
+        if launch.name in own_kernels and launch.handle in build.get(launch.name, ()):
             return True
-        return launch.handle is not None and launch.handle in handles
+        return launch.handle in triton
 
     return sorted({launch.name for launch in launches if own(launch)})
 

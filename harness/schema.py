@@ -178,8 +178,7 @@ class KernelLaunch(BaseModel):
     """A kernel a traced window launched, as the candidate's process reported it when it was first launched there."""
 
     name: str
-    handle: int | None = None  # a driver launch's CUfunction, a runtime launch's host stub
-    object: str | None = None  # the shared object holding a runtime launch's host stub
+    handle: int | None = None  # a driver launch's CUfunction, a runtime launch's host stub or cudaKernel_t
 
 
 class KernelTrace(BaseModel):
@@ -194,8 +193,10 @@ class KernelTrace(BaseModel):
     from_source: bool = False
     window: int | None = None  # the timed round whose window was traced
     launches: list[KernelLaunch] = Field(default_factory=list)
-    # The handles of the compiled kernels of the `@triton.jit` functions in the submission's file, by function name.
+    # The candidate's report after the timed rounds: the handles of the compiled kernels of the `@triton.jit` functions
+    # in the submission's file, by function name; the handles of its build's kernels, by kernel name.
     own_triton: dict[str, list[int]] = Field(default_factory=dict)
+    own_build: dict[str, list[int]] = Field(default_factory=dict)
     graph: bool = False  # a CUDA graph was launched, whose kernels CUPTI's callbacks do not name: the profiler named
 
 

@@ -9,6 +9,7 @@ as CUPTI reports them."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -25,12 +26,18 @@ PROFILED = json.loads((Path(__file__).parent / "fixtures" / "kernels" / "h100_pr
 HONEST = ["(anonymous namespace)::anon_scale(float*, long)",
           "void gemm_bias_leaky_kernel<256>(float const*, float*, long)"]
 PYTORCH = sorted(set(PROFILED) - set(HONEST))
-LIBTORCH = "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
+TORCH_HANDLES = 0x7F00_0000_1000  # where PyTorch's kernels' handles start, in these traces
+BUILD_HANDLES = 0x7F11_0000_0000  # and a build's
 
 
-def _launched(names: list[str], obj: str | None = LIBTORCH, handle: int = 0x7F00_0000_1000) -> list[KernelLaunch]:
-    """Runtime launches of `names`, each through a host stub in `obj` (PyTorch's library unless said)."""
-    return [KernelLaunch(name=n, handle=handle + i, object=obj) for i, n in enumerate(names)]
+def _launched(names: list[str], handle: int = TORCH_HANDLES) -> list[KernelLaunch]:
+    """Runtime launches of `names`, each with a handle of its own from `handle` on (PyTorch's unless said)."""
+    return [KernelLaunch(name=n, handle=handle + i) for i, n in enumerate(names)]
+
+
+def _handles(names: list[str], handle: int = BUILD_HANDLES) -> dict[str, list[int]]:
+    """The candidate's report of its build's kernels' handles: those `_launched(names, handle)` carries."""
+    return {n: [handle + i] for i, n in enumerate(names)}
 
 # The honest build that ran on the H100: a kernel whose name looks like cuBLAS's ("gemm") and one in an
 # anonymous namespace, both launched.
@@ -99,8 +106,8 @@ def test_an_honest_builds_kernels_are_its_own_even_where_named_like_a_librarys(b
     assert fatbin.device_entry_names(section + bytes(16)) == fatbin.device_entry_names(section)  # padding
     # Its two kernels, one named like cuBLAS's ("gemm"), one in an anonymous namespace, launched through its own
     # stubs beside PyTorch's kernels: both its own, none of PyTorch's.
-    trace = _launched(PYTORCH) + _launched(HONEST, obj=str(so), handle=0x7F11_0000_0000)
-    assert custom_kernels(trace, builds / "honest", device_kernels(builds / "honest")) == HONEST
+    trace = _launched(PYTORCH) + _launched(HONEST, BUILD_HANDLES)
+    assert custom_kernels(trace, device_kernels(builds / "honest"), own_build=_handles(HONEST)) == HONEST
 
 
 def test_host_symbols_named_like_pytorchs_kernels_credit_none_of_them(builds):
@@ -110,7 +117,8 @@ def test_host_symbols_named_like_pytorchs_kernels_credit_none_of_them(builds):
     assert "at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel(int)" in nm  # the decoy is there
     assert device_kernels(builds / "decoy_host") == set()
     # Not even a kernel whose name looks like no library's: only device code defines a kernel.
-    assert custom_kernels(_launched(PROFILED), builds / "decoy_host", device_kernels(builds / "decoy_host")) == []
+    assert custom_kernels(_launched(PROFILED), device_kernels(builds / "decoy_host"), own_build=_handles(PROFILED,
+                                                                                                   TORCH_HANDLES)) == []
 
 
 @needs_nvcc
@@ -119,15 +127,41 @@ def test_device_kernels_named_exactly_like_a_librarys_are_not_credited(builds):
     defined = device_kernels(builds / "decoy_device")
     rowwise = next(n for n in PYTORCH if "RowwiseMoments" in n)
     assert rowwise in defined and "ampere_sgemm_128x64_nn" in defined  # the very names PyTorch and cuBLAS launch
-    # PyTorch's and cuBLAS's launches of those names went through their own libraries' stubs: not the build's.
-    cublas = _launched(["ampere_sgemm_128x64_nn"], obj="/usr/local/cuda/lib64/libcublas.so.13")
-    assert custom_kernels(_launched(PYTORCH) + cublas, builds / "decoy_device", defined) == []
+    # PyTorch's and cuBLAS's launches of those names carry their libraries' handles, not the build's.
+    names = [rowwise, "ampere_sgemm_128x64_nn"]
+    assert custom_kernels(_launched([*PYTORCH, "ampere_sgemm_128x64_nn"]), defined, own_build=_handles(names)) == []
     # Its own launch of its own kernel is its own, whatever the kernel is named.
-    so = builds / "decoy_device" / "kh_decoy" / "kh_decoy.so"
-    assert custom_kernels(_launched([rowwise], obj=str(so)), builds / "decoy_device", defined) == [rowwise]
+    assert custom_kernels(_launched([rowwise], BUILD_HANDLES), defined, own_build=_handles(names)) == [rowwise]
 
 
 CUBIN = "-gencode=arch=compute_90,code=sm_90"
+
+
+@needs_nvcc
+def test_the_kernels_of_a_loaded_build_have_its_host_stubs_as_handles(builds):
+    """A launch names a kernel by its host stub (nvcc's host function of the kernel's own mangled name), or by the
+    cudaKernel_t the CUDA runtime gives for that stub: the candidate's process finds the stubs of the kernels in the
+    device code of the objects it has loaded from its build dir, in their symbol tables (local ones too)."""
+    from harness.sandbox import launches
+
+    so = _build(builds / "loaded", "kh_loaded", HONEST_CU, CUBIN)
+    _build(builds / "loaded", "kh_not_loaded", HONEST_CU, CUBIN)  # never loaded: claims nothing
+    ctypes.CDLL(str(so))
+    handles = launches.build_kernel_handles(builds / "loaded")
+    assert set(handles) == set(HONEST)
+    # Each at its symbol's value from where the object is loaded: inside its mappings, as far apart as nm says.
+    symbols = [line.split() for line in subprocess.run(["nm", str(so)], capture_output=True, text=True,
+                                                       check=True).stdout.splitlines()]
+    nm = {fields[2]: int(fields[0], 16) for fields in symbols if len(fields) == 3 and "stub" not in fields[2]}
+    values = [next(v for m, v in nm.items() if m.endswith("10anon_scaleEPfl")),
+              nm["_Z22gemm_bias_leaky_kernelILi256EEvPKfPfl"]]
+    with open("/proc/self/maps") as maps:
+        mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in maps
+                  if line.rstrip().endswith(str(so))]
+    stubs = [handles[HONEST[0]][0], handles[HONEST[1]][0]]
+    assert all(any(lo <= h < hi for lo, hi in mapped) for h in stubs)
+    assert stubs[1] - stubs[0] == values[1] - values[0]
+    assert launches.build_kernel_handles(builds / "missing") == {}
 PTX = "-gencode=arch=compute_90,code=compute_90"  # kernels JIT-compiled from PTX at load time
 
 
@@ -150,8 +184,8 @@ def test_without_the_zstd_command_a_zstd_build_is_credited_nothing_and_says_so(b
     monkeypatch.setattr(fatbin.shutil, "which", lambda name: None)
     assert fatbin.device_kernels(so) == set()
     assert "zstd-compressed device-code entries" in caplog.text
-    assert custom_kernels(_launched(HONEST, obj=str(so)), builds / "zstd_only", device_kernels(builds / "zstd_only")) \
-        == []
+    assert custom_kernels(_launched(HONEST, BUILD_HANDLES), device_kernels(builds / "zstd_only"),
+                          own_build=_handles(HONEST)) == []
 
 
 def test_a_hostile_build_dir_is_read_without_hanging_or_following_links(tmp_path):
@@ -203,51 +237,54 @@ INDUCTOR = [KernelLaunch(name="triton_", handle=INDUCTOR_HANDLE),
             KernelLaunch(name="triton_poi_fused_add_0", handle=INDUCTOR_HANDLE + 8)]
 CUFFT = _launched(["void vector_fft_r2c<256u, 8u, 1u, 0u, float, float2>(float const*, float2*, unsigned int, "
                    "unsigned int, unsigned int, unsigned int)", "void regular_fft<1024u, 8u, 4u, 32u, float2>"
-                   "(float2*, float2 const*, unsigned int)"], obj="/venv/lib/python3.12/site-packages/nvidia/cufft/"
-                  "lib/libcufft.so.12")
+                   "(float2*, float2 const*, unsigned int)"], 0x7F22_0000_0000)
 
 
-def test_inductors_kernels_are_not_the_submissions_with_unique_names_off_or_on(tmp_path):
+def test_inductors_kernels_are_not_the_submissions_with_unique_names_off_or_on():
     # torch.compile with unique kernel names off: every generated kernel is `triton_`, from a file in inductor's cache.
-    assert custom_kernels(INDUCTOR + _launched(PYTORCH), tmp_path, set(), TORCH_COMPILE, {}) == []
+    assert custom_kernels(INDUCTOR + _launched(PYTORCH), set(), TORCH_COMPILE, {}) == []
     # A @triton.jit function of that very name in its own text claims none of inductor's launches: only the handles
     # of its own function's compiled kernels are its own.
     decoy = TORCH_COMPILE + "import triton\n\n@triton.jit\ndef triton_(x):\n    pass\n"
-    assert custom_kernels(INDUCTOR, tmp_path, set(), decoy, {"triton_": [DECOY_HANDLE]}) == []
+    assert custom_kernels(INDUCTOR, set(), decoy, {"triton_": [DECOY_HANDLE]}) == []
     # Its own `triton_` launched too is its own.
     own = [*INDUCTOR, KernelLaunch(name="triton_", handle=DECOY_HANDLE)]
-    assert custom_kernels(own, tmp_path, set(), decoy, {"triton_": [DECOY_HANDLE]}) == ["triton_"]
+    assert custom_kernels(own, set(), decoy, {"triton_": [DECOY_HANDLE]}) == ["triton_"]
 
 
-def test_a_library_kernel_that_looks_like_no_librarys_is_not_credited(tmp_path):
-    assert custom_kernels(CUFFT + _launched(PYTORCH), tmp_path, set(), "import torch\n", {}) == []
+def test_a_library_kernel_that_looks_like_no_librarys_is_not_credited():
+    assert custom_kernels(CUFFT + _launched(PYTORCH), set(), "import torch\n", {}, {}) == []
 
 
-def test_an_own_kernel_absent_from_the_traced_window_earns_nothing(tmp_path):
+def test_an_own_kernel_absent_from_the_traced_window_earns_nothing():
     # Defined in its build, launched only on inputs it had seen: the timed window traced ran PyTorch alone.
-    so = tmp_path / "kh_seen" / "kh_seen.so"
     mine = "kh_scale_kernel(float*, float, int)"
-    assert custom_kernels(_launched(PYTORCH), tmp_path, {mine}, "", {}) == []
+    assert custom_kernels(_launched(PYTORCH), {mine}, "", {}, _handles([mine])) == []
     # The honest twin launched it in the window: its own.
-    assert custom_kernels(_launched(PYTORCH) + _launched([mine], obj=str(so)), tmp_path, {mine}, "", {}) == [mine]
+    assert custom_kernels(_launched(PYTORCH) + _launched([mine], BUILD_HANDLES), {mine}, "", {}, _handles([mine])) \
+        == [mine]
 
 
-def test_the_triton_add_example_keeps_its_credit(tmp_path):
+def test_the_triton_add_example_keeps_its_credit():
     launches = [KernelLaunch(name="add_kernel", handle=ADD_HANDLE)]
-    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE]}) == ["add_kernel"]
+    assert custom_kernels(launches, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE]}) == ["add_kernel"]
     # The candidate's report claims only what its text defines; a launch of another handle is not its kernel.
-    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"other": [ADD_HANDLE]}) == []
-    assert custom_kernels(launches, tmp_path, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE + 1]}) == []
-    assert custom_kernels(launches, tmp_path, set(), "import torch\n", {"add_kernel": [ADD_HANDLE]}) == []
+    assert custom_kernels(launches, set(), TRITON_ADD, {"other": [ADD_HANDLE]}) == []
+    assert custom_kernels(launches, set(), TRITON_ADD, {"add_kernel": [ADD_HANDLE + 1]}) == []
+    assert custom_kernels(launches, set(), "import torch\n", {"add_kernel": [ADD_HANDLE]}) == []
 
 
-def test_a_build_kernel_counts_only_through_a_stub_inside_the_build_dir(tmp_path):
+def test_a_build_kernel_counts_only_by_its_own_handle_and_its_name_in_the_device_code_read_here():
     mine = "fused_kernel(float*, int)"
-    inside = str(tmp_path / "ext" / "ext.so")
-    for obj in (inside, None, "ext/ext.so", f"{tmp_path}/../{tmp_path.name}-other/ext.so", f"{tmp_path}-other/x.so",
-                str(tmp_path / ".." / "elsewhere" / "ext.so")):
-        expected = [mine] if obj == inside else []
-        assert custom_kernels(_launched([mine], obj=obj), tmp_path, {mine}) == expected, obj
+    launch = _launched([mine], BUILD_HANDLES)
+    assert custom_kernels(launch, {mine}, own_build=_handles([mine])) == [mine]
+    # The candidate's report of a kernel its device code does not define (read by the parent) claims nothing.
+    assert custom_kernels(launch, set(), own_build=_handles([mine])) == []
+    # Nor does a launch whose handle is not its build kernel's, nor one that carries none (a multi-device launch).
+    assert custom_kernels(_launched([mine]), {mine}, own_build=_handles([mine])) == []
+    assert custom_kernels([KernelLaunch(name=mine)], {mine}, own_build={mine: [BUILD_HANDLES]}) == []
+    # A build kernel's handle claims only its own name.
+    assert custom_kernels(launch, {mine, "other(int)"}, own_build={"other(int)": [BUILD_HANDLES]}) == []
 
 
 def test_triton_jit_names_are_the_functions_its_text_decorates_with_jit():

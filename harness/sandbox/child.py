@@ -172,11 +172,11 @@ class _Launches:
         if self.tracer is None and self.error is None:
             self.error = "CUPTI is missing or refused a subscriber"
 
-    def _emit(self, name: str | None, handle: int | None, obj: str | None) -> None:
+    def _emit(self, name: str | None, handle: int | None) -> None:
         if name is None:
             self.chan.send("launched", graph=True)
         else:
-            self.chan.send("launched", name=name[:2000], handle=handle, object=obj)
+            self.chan.send("launched", name=name[:2000], handle=handle)
 
     def start(self) -> None:
         if self.tracer is None or not self.tracer.start():
@@ -291,10 +291,12 @@ class _Session:
         return {}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:
-        """After the timed rounds: CUPTI let go, and which compiled Triton kernels are the submission's own."""
+        """After the timed rounds: CUPTI let go, and the handles of the kernels the submission defined."""
         if self.launches is not None:
             self.launches.close()
-        return {"own_triton": own_triton_kernels(self.req.submission_path)}
+        builds = os.environ.get("TORCH_EXTENSIONS_DIR")
+        return {"own_triton": own_triton_kernels(self.req.submission_path),
+                "own_build": launches.build_kernel_handles(Path(builds)) if builds else {}}
 
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,

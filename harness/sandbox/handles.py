@@ -228,8 +228,8 @@ class Candidate:
         self.obs.log_tail = self.proc.log_tail()
         trace = self.obs.kernels
         if trace is not None and not trace.from_source:
-            trace.custom = kernels.custom_kernels(trace.launches, self.builds, kernels.device_kernels(self.builds),
-                                                  self.source, trace.own_triton)
+            trace.custom = kernels.custom_kernels(trace.launches, kernels.device_kernels(self.builds), self.source,
+                                                  trace.own_triton, trace.own_build)
 
     def begin_trace(self, window: int) -> None:
         """The timed round whose window is traced: its launches arrive with it (`_launched`)."""
@@ -248,15 +248,16 @@ class Candidate:
             trace.error = m.error[:500]
         trace.graph = trace.graph or m.graph
         if m.name is not None and len(trace.launches) < MAX_LAUNCHES:
-            trace.launches.append(KernelLaunch(name=m.name[:2000], handle=m.handle, object=m.object))
+            trace.launches.append(KernelLaunch(name=m.name[:2000], handle=m.handle))
             if m.name not in trace.names:
                 trace.names.append(m.name[:2000])
 
     def record_trace(self, fields: dict[str, Any]) -> None:
-        """The Trace command's reply: the handles of the submission's own compiled Triton kernels."""
+        """The Trace command's reply: the handles of the kernels its build and its own @triton.jit functions define."""
         if self.obs.kernels is not None:
-            self.obs.kernels.own_triton = {str(k)[:200]: v[:1000] for k, v in
-                                           list((fields.get("own_triton") or {}).items())[:200]}
+            for key in ("own_triton", "own_build"):
+                setattr(self.obs.kernels, key, {str(k)[:2000]: v[:1000] for k, v in
+                                                list((fields.get(key) or {}).items())[:MAX_LAUNCHES]})
 
     def _next(self, deadline: float, final: bool = True) -> Message:
         """The next message before `deadline`; an 'error' (the submission raised) ends the conversation. With

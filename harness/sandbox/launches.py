@@ -1,28 +1,29 @@
 """The kernels a process launches, from CUPTI's callback API (ctypes; the candidate's process only).
 
 CUPTI calls back on entry to every CUDA runtime or driver call that launches a kernel, with the kernel's name and
-the call's parameters, whose first function argument is the kernel's handle (a driver launch's `CUfunction`, which
-Triton's compiled kernels hold as `.function`). A `Tracer` subscribes once, before the submission's code loads, with
-no callback on; `start` turns the launch callbacks on for the calls to trace and `stop` off again; each kernel first
-seen in between is reported through `emit` at once (the candidate's process writes it to the parent as it happens).
-Subscribing takes about 20 ms, out of any window; once unsubscribed and finalized nothing stays behind: on an H100
-host a small GroupNorm's launch took 45.5 us before and 44.1 us after, and the names were the torch profiler's, name
-for name. The profiler's first start in a process takes 4-7 s there, and leaves about a third more on every later
-launch.
+the call's parameters, whose first function argument is the kernel's handle: a driver launch's `CUfunction` (which
+Triton's compiled kernels hold as `.function`), a runtime launch's host stub (or from CUDA 13 on, the stub's
+cudaKernel_t). A `Tracer` subscribes once, before the submission's code loads, with every callback off; `start` turns
+the launch callbacks on for the calls to trace and `stop` off again; each kernel first seen in between is reported
+through `emit` at once (the candidate's process writes it to the parent as it happens). `build_kernel_handles` gives
+the handles of the kernels a build defines, to tie a launch to that build.
 
-A CUDA graph's kernels run inside its launch call, which names none of them: the tracer says so (`graph`), and the
-caller asks the profiler.
+Subscribing took about 20 ms on an H100 host; once unsubscribed and finalized nothing stays behind (a small
+GroupNorm's launch took 45.5 us before and 44.1 us after), and the names were the torch profiler's, name for name.
+
+A CUDA graph's kernels run inside its launch call, which names none of them: the tracer says so (`emit(None, None)`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import glob
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from harness import fatbin
 from harness.fatbin import demangle
 
 _DRIVER, _RUNTIME = 1, 2  # CUpti_CallbackDomain
@@ -49,34 +50,59 @@ _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint3
 # cuLaunch, cuLaunchGrid(Async), cuLaunchKernel(_ptsz), cuLaunchCooperativeKernel(_ptsz); after the launch config for
 # cuLaunchKernelEx(_ptsz) (Triton's launcher). The multi-device launch holds a list: no handle.
 _HANDLE_OFFSET = {115: 0, 116: 0, 117: 0, 307: 0, 442: 0, 477: 0, 478: 0, 652: 8, 653: 8}
-# Where a runtime launch's parameters hold its host stub: first, but after the launch config for cudaLaunchKernelExC
-# (_ptsz). The multi-device launch holds a list: no handle.
-_STUB_OFFSET = {13: 0, 211: 0, 214: 0, 269: 0, 270: 0, 430: 8, 431: 8}
-Emit = Callable[[str | None, int | None, str | None], None]  # (name, handle, the host stub's shared object)
+# Where a runtime launch's parameters hold its function: first (the host stub, or from CUDA 13 on, where nvcc's stubs
+# call __cudaLaunchKernel(_ptsz), the cudaKernel_t that cudaGetKernel gives for that stub), but after the launch config
+# for cudaLaunchKernelExC(_ptsz). The multi-device launch holds a list: no handle.
+_STUB_OFFSET = {13: 0, 211: 0, 214: 0, 269: 0, 270: 0, 430: 8, 431: 8, 505: 0, 506: 0}
+Emit = Callable[[str | None, int | None], None]  # (name, handle)
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
-                ("dli_saddr", ctypes.c_void_p)]
+def _maps() -> list[tuple[int, int, str]]:
+    """(start, file offset, path) of each file mapping of this process."""
+    out = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                out.append((int(parts[0].split("-")[0], 16), int(parts[2], 16), parts[5].rstrip("\n")))
+    return out
 
 
-@functools.cache
-def _dladdr() -> Any | None:
-    try:
-        dladdr = ctypes.CDLL(None).dladdr
-    except (OSError, AttributeError):
-        return None
-    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-    return dladdr
+def _kernel_lookups() -> list[Any]:
+    """`cudaGetKernel` of each CUDA runtime this process has loaded (a stub's cudaKernel_t, CUDA 12.x on)."""
+    found = []
+    for path in sorted({p for _, _, p in _maps() if "/libcudart.so" in p}):
+        try:
+            fn = ctypes.CDLL(path).cudaGetKernel
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p], ctypes.c_int
+        found.append(fn)
+    return found
 
 
-def shared_object_of(address: int) -> str | None:
-    """The path of the shared object (as it was loaded) that holds `address`, or None (dladdr)."""
-    info = _DlInfo()
-    dladdr = _dladdr()
-    if dladdr is None or not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
-        return None
-    return info.dli_fname.decode(errors="replace")
+def build_kernel_handles(build_root: Path) -> dict[str, list[int]]:
+    """For each kernel in the device code of a shared object under `build_root` that this process has loaded: the
+    handles its runtime launches carry (its host stub's address, and the cudaKernel_t of that stub), by its demangled
+    name. Objects are read, never loaded: only those already mapped count."""
+    root = os.path.realpath(build_root) + os.sep
+    bases: dict[str, int] = {}
+    for start, offset, path in _maps():
+        if path.startswith(root) and offset == 0:
+            bases.setdefault(path, start)
+    lookups = _kernel_lookups() if bases else []
+    own: dict[str, list[int]] = {}
+    for path, base in bases.items():
+        mangled = fatbin.device_kernel_symbols(Path(path))
+        for name, value in fatbin.host_functions(Path(path), mangled).items():
+            stub = base + value
+            handles = [stub]
+            for lookup in lookups:
+                kernel = ctypes.c_void_p()
+                if lookup(ctypes.byref(kernel), ctypes.c_void_p(stub)) == 0 and kernel.value:
+                    handles.append(kernel.value)
+            own.setdefault(demangle(name), []).extend(handles)
+    return own
 
 
 def cupti() -> Any | None:
@@ -98,9 +124,9 @@ def cupti() -> Any | None:
 
 class Tracer:
     """CUPTI's launch callbacks, subscribed once (`subscribe`); on between `start` and `stop`. Each kernel first seen
-    while on (by its handle, else its name) goes to `emit(name, handle, object)`, demangled: a driver launch's handle
-    is its CUfunction, a runtime launch's its host stub, and `object` the shared object holding that stub. The first
-    CUDA graph launch goes to `emit(None, None, None)`. `close` lets CUPTI go."""
+    while on (by its handle, else its name) goes to `emit(name, handle)`, demangled: a driver launch's handle is its
+    CUfunction, a runtime launch's its host stub or cudaKernel_t. The first CUDA graph launch goes to
+    `emit(None, None)`. `close` lets CUPTI go."""
 
     def __init__(self, lib: Any, subscriber: ctypes.c_void_p, callback: Any, emit: Emit):
         self.lib, self.subscriber, self.emit = lib, subscriber, emit
@@ -136,7 +162,7 @@ class Tracer:
         if cbid in _GRAPH_LAUNCHES.get(domain, ()):
             if not self.graph:
                 self.graph = True
-                self.emit(None, None, None)
+                self.emit(None, None)
             return
         offset = (_HANDLE_OFFSET if domain == _DRIVER else _STUB_OFFSET).get(cbid)
         handle = ctypes.c_void_p.from_address(d.functionParams + offset).value \
@@ -147,8 +173,7 @@ class Tracer:
         if key in self.seen:
             return
         self.seen.add(key)
-        obj = shared_object_of(handle) if handle and domain == _RUNTIME else None
-        self.emit(demangle(d.symbolName), handle, obj)
+        self.emit(demangle(d.symbolName), handle)
 
     def _enable(self, on: int) -> bool:
         wanted = [(domain, cbid) for table in (_LAUNCHES, _GRAPH_LAUNCHES) for domain, ids in table.items()
@@ -181,7 +206,7 @@ def names_of_launches(call: Callable[[], Any], lib: Any | None = None) -> list[s
     """Run `call` with CUPTI's launch callbacks on: the (demangled) names of the kernels it launched, sorted. None
     where they cannot tell (no CUPTI, it refused, a CUDA graph was launched); `call`'s own exception propagates."""
     names: set[str] = set()
-    tracer = Tracer.subscribe(lambda name, _handle, _object: names.add(name) if name else None, lib)
+    tracer = Tracer.subscribe(lambda name, _handle: names.add(name) if name else None, lib)
     if tracer is None:
         return None
     try:

@@ -204,8 +204,9 @@ class Handover(CandidateCommand):
 
 
 class Trace(CandidateCommand):
-    """After the timed rounds: let CUPTI go, and report the handles of the compiled kernels of the `@triton.jit`
-    functions whose code lives in the submission's file (the traced window's launches came as they happened)."""
+    """After the timed rounds: let CUPTI go, and report the handles of what the submission defined: its build's kernels
+    and the compiled kernels of the `@triton.jit` functions in its file (the traced window's launches came as they
+    happened)."""
 
     cmd: Literal["trace"] = "trace"
 
@@ -235,6 +236,7 @@ class FingerprintedReply(_Reply):
 
 class TracedReply(_Reply):
     own_triton: dict[str, list[int]] = {}
+    own_build: dict[str, list[int]] = {}
 
 
 class LaunchedMessage(_Reply):
@@ -242,7 +244,6 @@ class LaunchedMessage(_Reply):
 
     name: str | None = None
     handle: int | None = None
-    object: str | None = None
     graph: bool = False
     error: str | None = None
 

@@ -46,10 +46,8 @@ def _window(trace: bool) -> Window:
 
 
 def test_a_traced_windows_launches_are_taken_as_they_arrive_and_credit_only_what_it_defined(tmp_path):
-    stub = str(tmp_path / "ext" / "ext.so")
-    launched = [("launched", {"name": "fused_kernel(float*, int)", "handle": 0x10, "object": stub}),
-                ("launched", {"name": "void at::native::vectorized_elementwise_kernel<4>(int)", "handle": 0x20,
-                              "object": "/venv/torch/lib/libtorch_cuda.so"}),
+    launched = [("launched", {"name": "fused_kernel(float*, int)", "handle": 0x10}),
+                ("launched", {"name": "void at::native::vectorized_elementwise_kernel<4>(int)", "handle": 0x20}),
                 ("launched", {"name": "add_kernel", "handle": 0x30}),
                 ("launched", {"name": "triton_", "handle": 0x40}),
                 ("launched", {"graph": True})]
@@ -57,7 +55,9 @@ def test_a_traced_windows_launches_are_taken_as_they_arrive_and_credit_only_what
     def script(cmd):
         if isinstance(cmd, Window):
             return (launched if cmd.trace else []) + [("window_done", {})]
-        return [("traced", {"own_triton": {"add_kernel": [0x30], "triton_": [0x50]}})]
+        return [("traced", {"own_triton": {"add_kernel": [0x30], "triton_": [0x50]},
+                            "own_build": {"fused_kernel(float*, int)": [0x10, 0x11],
+                                          "void at::native::vectorized_elementwise_kernel<4>(int)": [0x21]}})]
 
     cand = _candidate(script, tmp_path)
     cand.request(_window(False), 10, Phase.timing)
@@ -67,9 +67,10 @@ def test_a_traced_windows_launches_are_taken_as_they_arrive_and_credit_only_what
     trace = cand.obs.kernels
     assert trace is not None and trace.window == 3 and trace.graph and len(trace.launches) == 4
     assert trace.names == [launch.name for launch in trace.launches]
-    own = kernels.custom_kernels(trace.launches, tmp_path, {"fused_kernel(float*, int)"}, cand.source, trace.own_triton)
-    # Its build's kernel through its own stub, and its own @triton.jit function's compiled kernel; not PyTorch's,
-    # not a `triton_` of a handle that its text's functions never compiled (nor one its text does not define).
+    defined = {"fused_kernel(float*, int)", "void at::native::vectorized_elementwise_kernel<4>(int)"}
+    own = kernels.custom_kernels(trace.launches, defined, cand.source, trace.own_triton, trace.own_build)
+    # Its build's kernel by its own handle, and its own @triton.jit function's compiled kernel; not PyTorch's kernel
+    # of a name its build also defines, not a `triton_` of a handle that its text's functions never compiled.
     assert own == ["add_kernel", "fused_kernel(float*, int)"]
 
 

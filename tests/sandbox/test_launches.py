@@ -1,7 +1,7 @@
 """The kernel trace, CUPTI's launch callbacks, against a stand-in for libcupti (the real one runs in the GPU tests):
-kernels named as they are launched, demangled and reported once each with the launch's function (a driver launch's
-CUfunction, a runtime launch's host stub and its shared object); callbacks on only between start and stop; a CUDA
-graph's launch, a refusal or no CUPTI at all said so; CUPTI is let go whatever the call does."""
+kernels named as they are launched, demangled and reported once each with the launch's handle (a driver launch's
+CUfunction, a runtime launch's host stub or cudaKernel_t); callbacks on only between start and stop; a CUDA graph's
+launch, a refusal or no CUPTI at all said so; CUPTI is let go whatever the call does."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from harness.sandbox import launches
 
 RUNTIME_LAUNCH, DRIVER_LAUNCH, RUNTIME_GRAPH = (2, 211), (1, 307), (2, 311)
 DRIVER_LAUNCH_EX, RUNTIME_LAUNCH_EX = (1, 652), (2, 430)  # Triton's cuLaunchKernelEx; cudaLaunchKernelExC
+RUNTIME_LAUNCH_13 = (2, 505)  # __cudaLaunchKernel: what nvcc 13's stubs call, with the stub's cudaKernel_t
 
 
 class FakeCupti:
@@ -109,36 +110,26 @@ def test_each_kernel_is_reported_once_as_launched_with_its_function_and_only_whi
     got = []
     tracer = launches.Tracer.subscribe(lambda *record: got.append(record), lib)
     assert tracer is not None and lib.enabled == []  # subscribed with every callback off
-    libc_stub = ctypes.cast(ctypes.CDLL(None).printf, ctypes.c_void_p).value  # a host address inside libc
-    cubin_function, config = 0x5A5A_0000_0010, 0x1234
+    stub, cuda_kernel, cubin_function, config = 0x7F11_0000_0000, 0x5A5A_0000_0100, 0x5A5A_0000_0010, 0x1234
     assert tracer.start()
-    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(libc_stub, 1, 1))
-    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(libc_stub, 1, 1))  # once per function
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(stub, 1, 1))
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(stub, 1, 1))  # once per function
     lib.fire(DRIVER_LAUNCH_EX, b"add_kernel", params=(config, cubin_function, 0, 0))  # after the launch config
     lib.fire(DRIVER_LAUNCH, b"triton_", params=(cubin_function + 8,))
     lib.fire(DRIVER_LAUNCH, b"triton_", params=(cubin_function + 16,))  # another kernel of the same name
-    lib.fire(RUNTIME_LAUNCH_EX, b"_Z3fooPf", params=(config, libc_stub + 64))
+    lib.fire(RUNTIME_LAUNCH_EX, b"_Z3fooPf", params=(config, stub + 64))
+    lib.fire(RUNTIME_LAUNCH_13, b"_Z3barPf", params=(cuda_kernel, 1, 1))
     lib.fire(RUNTIME_GRAPH, None)
     lib.fire(RUNTIME_GRAPH, None)
     tracer.stop()
     assert lib.disabled == lib.enabled
     lib.fire(DRIVER_LAUNCH, b"after_stop", params=(7,))  # CUPTI calls back no more once off; ignored if it did
-    assert len(got) == 6
-    names = [(r[0], r[1]) for r in got]
-    assert names[:4] == [("hardtanh_kernel(float const*, float*, long, float, float)", libc_stub),
-                         ("add_kernel", cubin_function), ("triton_", cubin_function + 8),
-                         ("triton_", cubin_function + 16)]
-    assert names[4] == ("foo(float*)", libc_stub + 64) and got[5] == (None, None, None)  # a graph, said once
-    assert "libc" in got[0][2] and got[1][2] is None  # a runtime stub's shared object; a driver launch has none
+    assert got == [("hardtanh_kernel(float const*, float*, long, float, float)", stub),
+                   ("add_kernel", cubin_function), ("triton_", cubin_function + 8), ("triton_", cubin_function + 16),
+                   ("foo(float*)", stub + 64), ("bar(float*)", cuda_kernel), (None, None)]  # a graph, said once
     tracer.close()
     tracer.close()
     assert lib.calls == ["subscribe", "unsubscribe", "finalize"] and not tracer.start()
-
-
-def test_shared_object_of_an_address():
-    printf = ctypes.cast(ctypes.CDLL(None).printf, ctypes.c_void_p).value
-    assert "libc" in (launches.shared_object_of(printf) or "")
-    assert launches.shared_object_of(8) is None
 
 
 class _FakeJITFunction:
