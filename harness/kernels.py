@@ -35,7 +35,7 @@ MAX_SHARED_OBJECTS = 64  # a build dir is the submission's to fill; a real build
 
 
 def device_kernels(build_root: Path) -> set[str]:
-    """Names (demangled, as the profiler gives them) of the kernels in the device code of the shared
+    """Names (demangled, as CUPTI names a launch) of the kernels in the device code of the shared
     objects under a submission's build dir. Links are not followed."""
     if not build_root.is_dir() or build_root.is_symlink():
         return set()
@@ -119,7 +119,7 @@ def _words(node: ast.AST) -> list[str]:
 def launches_only_library_kernels(source: str) -> bool:
     """True when the source can launch no kernel of its own: it builds nothing, imports only torch's layers and
     functions (and pure-Python helpers), and names no way to reach anything else (Triton, jiterator, cupy,
-    torch.compile, a dynamic import). Conservative: any doubt is False, and the profiler's trace decides. A source
+    torch.compile, a dynamic import). Conservative: any doubt is False, and the kernel trace decides. A source
     that hides such a way from this reading only loses its own kernels' credit (`no_custom_kernel`)."""
     try:
         tree = ast.parse(source)

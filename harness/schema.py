@@ -197,7 +197,7 @@ class KernelTrace(BaseModel):
     # in the submission's file, by function name; the handles of its build's kernels, by kernel name.
     own_triton: dict[str, list[int]] = Field(default_factory=dict)
     own_build: dict[str, list[int]] = Field(default_factory=dict)
-    graph: bool = False  # a CUDA graph was launched, whose kernels CUPTI's callbacks do not name: the profiler named
+    graph: bool = False  # a CUDA graph was launched in the traced window: its kernels are not named, nor credited
 
 
 class TimingEnvelope(BaseModel):

@@ -287,6 +287,10 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
                         TOL)
     assert [f.check for f in untraceable.flags] == ["no_custom_kernel"] and "could not be traced" in \
         untraceable.flags[0].detail
+    # A traced window that launched a CUDA graph: its kernels are not named, and the detail says so.
+    graph = grade(_passing(kernels=KernelTrace(names=["void at::native::copy_kernel(int)"], graph=True, window=4)), TOL)
+    assert [f.check for f in graph.flags] == ["no_custom_kernel"] and "timed window 4" in graph.flags[0].detail \
+        and "CUDA graph" in graph.flags[0].detail
     # Not traced: a source that builds nothing and imports only torch launches library kernels alone.
     untraced = grade(_passing(kernels=KernelTrace(names=[], from_source=True)), TOL)
     assert untraced.verdict == Verdict.passed and [f.check for f in untraced.flags] == ["no_custom_kernel"]

@@ -664,8 +664,8 @@ class _Evaluation:
 
     def trace_kernels(self) -> None:
         """After the timed rounds (one of whose windows was traced as it ran): CUPTI let go in the candidate's process,
-        and the handles of its own compiled Triton kernels asked for. A source that can launch no kernel of its own was
-        not traced, and is marked so."""
+        and the handles of the kernels its build and its own @triton.jit functions define asked for. A source that can
+        launch no kernel of its own was not traced, and is marked so."""
         assert self.candidate is not None and self.provenance is not None
         if self.provenance.device != "cuda" or not self.options.kernel_trace:
             return
