@@ -69,15 +69,19 @@ def _maps() -> list[tuple[int, int, str]]:
 
 
 def _kernel_lookups() -> list[Any]:
-    """`cudaGetKernel` of each CUDA runtime this process has loaded (a stub's cudaKernel_t, CUDA 12.x on)."""
+    """Of each CUDA runtime this process has loaded, what gives a stub's cudaKernel_t: `__cudaGetKernel`, which nvcc
+    13's stubs call themselves, and the public `cudaGetKernel`."""
     found = []
     for path in sorted({p for _, _, p in _maps() if "/libcudart.so" in p}):
         try:
-            fn = ctypes.CDLL(path).cudaGetKernel
-        except (OSError, AttributeError):
+            lib = ctypes.CDLL(path)
+        except OSError:
             continue
-        fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p], ctypes.c_int
-        found.append(fn)
+        for name in ("__cudaGetKernel", "cudaGetKernel"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p], ctypes.c_int
+                found.append(fn)
     return found
 
 
@@ -96,12 +100,12 @@ def build_kernel_handles(build_root: Path) -> dict[str, list[int]]:
         mangled = fatbin.device_kernel_symbols(Path(path))
         for name, value in fatbin.host_functions(Path(path), mangled).items():
             stub = base + value
-            handles = [stub]
+            handles = {stub}
             for lookup in lookups:
                 kernel = ctypes.c_void_p()
                 if lookup(ctypes.byref(kernel), ctypes.c_void_p(stub)) == 0 and kernel.value:
-                    handles.append(kernel.value)
-            own.setdefault(demangle(name), []).extend(handles)
+                    handles.add(kernel.value)
+            own.setdefault(demangle(name), []).extend(sorted(handles))
     return own
 
 
