@@ -34,6 +34,13 @@ def ranked(verdict: str | None, flags: Iterable[str]) -> bool:
     return verdict == "passed" and not any(check in UNRANKED_CHECKS for check in flags)
 
 
+def reference_vouched(verdict: str | None, flags: Iterable[str]) -> bool:
+    """Whether a result's times of the reference (eager, torch.compile) are vouched for: it passed, and its windows
+    were not too noisy (timing_unreliable covers the reference's windows too). A flagged result's reference
+    windows may have run beside a candidate that did not stay idle; a failed one's were not checked as a pair."""
+    return verdict == "passed" and "timing_unreliable" not in flags
+
+
 class Scored(BaseModel):
     """One submission's current result, as reports need it."""
 
