@@ -16,7 +16,7 @@ MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading"
            "harness.problems.sizes",
            "harness.api.routes.pages", "harness.api.pages", "harness.api.submission_page", "harness.api.charts",
            "harness.demo", "harness.cli.demo", "harness.kernelbench_metrics", "harness.kernelbench_format",
-           "harness.service.kernelbench", "harness.api.routes.kernelbench"]
+           "harness.service.kernelbench", "harness.api.routes.kernelbench", "harness.cli.export"]
 
 
 def test_importing_the_cli_runner_and_grading_does_not_import_torch():
