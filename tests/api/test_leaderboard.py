@@ -129,3 +129,13 @@ def test_the_home_pages_fast_p_curve_leaves_out_speedups_not_vouched_for(client,
     points = [tuple(map(float, c[1:].split(","))) for c in d.split()]
     (x0, top), (x0_again, bottom), (x_end, end) = points
     assert x0 == x0_again and top < bottom == end and x_end > x0
+
+
+def test_a_ranked_rows_flags_are_shown_beside_its_speedup(client, db):
+    from harness.schema import Flag
+
+    low = eval_result(candidate_ms=1.0, eager_ms=2.0).model_copy(
+        update={"flags": [Flag(check="precision_below_fp32", detail="error vs float64 1e-3")]})
+    seed(db, low, submitter="alice")
+    (row,) = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]["rows"]
+    assert row["speedup_vs_eager"] == 2.0 and row["flags"] == ["precision_below_fp32"]
