@@ -180,12 +180,13 @@ def baseline_times(session: Session, problem_id: str, problem_version: int) -> l
 
 
 def reference_measurements(session: Session, problem_ids: Sequence[str], device: str) -> Sequence[Result]:
-    """Every result of these problems on this device class that timed the reference, payload included (its
-    timing statistics), newest first."""
+    """Every passed result of these problems on this device class that timed the reference, payload included
+    (its timing statistics), newest first: only a passed one's reference times can be vouched for."""
     if not problem_ids:
         return []
     return session.scalars(select(Result).where(Result.problem_id.in_(problem_ids), Result.device == device,
-                                                Result.eager_ms.is_not(None)).order_by(Result.id.desc())).all()
+                                                Result.verdict == "passed", Result.eager_ms.is_not(None))
+                           .order_by(Result.id.desc())).all()
 
 
 def results_for_export(session: Session, f: SubmissionFilter, batch: str | None = None
