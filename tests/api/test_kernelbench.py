@@ -160,3 +160,18 @@ def test_a_kernelbench_baseline_file_gives_the_baseline_times(client, db):
     assert report.baseline_source == "H100 file" and level.baseline == "H100 file"
     assert level.geomean_over == 2 and math.isclose(level.geomean_speedup_correct, math.sqrt(4.0 * 0.25))
     assert level.fast_p["2"] == 1 / 6 and level.fast_p["0.5"] == 1 / 6 and level.no_baseline == []
+
+
+def test_compiled_is_whether_the_candidate_built_and_constructed():
+    from harness.db.models import Result
+    from harness.service.kernelbench import _compiled
+
+    def res(verdict, **obs):
+        return Result(verdict=verdict, payload={"observations": obs})
+
+    assert not _compiled(res("compile_error")) and not _compiled(res("invalid_submission"))
+    assert not _compiled(res("timeout", candidate_exit={"timed_out": True, "phase": "compile"}))  # a hung nvcc
+    assert _compiled(res("timeout", candidate_exit={"timed_out": True, "phase": "timing"}))
+    assert not _compiled(res("runtime_error", candidate_error={"phase": "compile", "exc_type": "E", "message": ""}))
+    assert _compiled(res("runtime_error", candidate_error={"phase": "correctness", "exc_type": "E", "message": ""}))
+    assert _compiled(res("wrong_answer")) and _compiled(res("passed"))
