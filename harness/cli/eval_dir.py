@@ -76,18 +76,32 @@ def _rate(x: float | None) -> str:
 
 
 def render_kernelbench(kb: KernelBenchReport, console: Console) -> None:
-    """KernelBench's metrics of the run, by its definitions, beside our own fast_p above."""
-    console.print(f"KernelBench's metrics ({kb.definitions}) on {kb.device_name or kb.device}, {kb.size} size; "
-                  f"baseline: {kb.baseline_source}", soft_wrap=True)
+    """KernelBench's metrics of the run, by its definitions, beside our own fast_p above: one column per level,
+    so that the table fits a narrow terminal."""
+    console.print(f"KernelBench's metrics, by its definitions (every problem of the level, sample 0 of each; "
+                  f"README, \"Metrics\"), on {kb.device_name or kb.device}, {kb.size} size; baseline: "
+                  f"{kb.baseline_source}", soft_wrap=True)
+    if not kb.levels:
+        return
+    t = Table()
+    t.add_column("KernelBench's")
     for m in kb.levels:
-        t = Table(title=f"level {m.level}: {m.problems} problems, {m.evaluated} with a sample 0")
-        for col in ("compiled", "correct", *[f"fast_{p}" for p in m.fast_p], "geomean (correct)",
-                    "geomean (correct, faster)", *m.pass_at_k):
-            t.add_column(col)
-        t.add_row(_rate(m.compilation_rate), _rate(m.correctness_rate), *[_rate(v) for v in m.fast_p.values()],
-                  _fmt(m.geomean_speedup_correct), _fmt(m.geomean_speedup_correct_and_faster),
-                  *[_rate(v) for v in m.pass_at_k.values()])
-        console.print(t)
+        t.add_column(f"level {m.level}", justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("problems (all of the level)", [str(m.problems) for m in kb.levels]),
+        ("with a sample 0", [str(m.evaluated) for m in kb.levels]),
+        ("compilation rate", [_rate(m.compilation_rate) for m in kb.levels]),
+        ("correctness rate", [_rate(m.correctness_rate) for m in kb.levels]),
+        *[(f"fast_{p}", [_rate(m.fast_p.get(p)) for m in kb.levels]) for p in kb.levels[0].fast_p],
+        ("geomean speedup, correct", [_fmt(m.geomean_speedup_correct) for m in kb.levels]),
+        ("geomean speedup, correct and faster", [_fmt(m.geomean_speedup_correct_and_faster) for m in kb.levels]),
+        *[(k, [_rate(m.pass_at_k.get(k)) for m in kb.levels])
+          for k in sorted({k for m in kb.levels for k in m.pass_at_k})],
+    ]
+    for name, cells in rows:
+        t.add_row(name, *cells)
+    console.print(t)
+    for m in kb.levels:
         notes = []
         if m.unvouched:
             notes.append(f"{m.unvouched} correct with a time not vouched for (counted as correct, not as faster)")
@@ -95,7 +109,7 @@ def render_kernelbench(kb: KernelBenchReport, console: Console) -> None:
             notes.append(f"no baseline time for problem{'s' if len(m.no_baseline) > 1 else ''} "
                          f"{', '.join(map(str, m.no_baseline))} (correct, not counted as faster)")
         if notes:
-            console.print("; ".join(notes), soft_wrap=True)
+            console.print(f"level {m.level}: " + "; ".join(notes), soft_wrap=True)
     left = {k: v for k, v in kb.left_out.model_dump().items() if v}
     if left:
         console.print("left out of KernelBench's metrics: " + ", ".join(f"{v} {k.replace('_', ' ')}"

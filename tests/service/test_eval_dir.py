@@ -52,7 +52,10 @@ def test_eval_dir_evaluates_stores_and_reports_fast_p(svc_db, svc_settings, tmp_
     (level,) = rep["kernelbench"]["levels"]
     assert (level["level"], level["problems"], level["evaluated"], level["correct"]) == (2, 6, 2, 1)
     assert level["correctness_rate"] == 1 / 6 and level["compilation_rate"] == 1 / 6
-    assert "KernelBench's metrics" in p.stdout and "level 2: 6 problems, 2 with a sample 0" in p.stdout
+    shown = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in p.stdout.splitlines()
+             if ln.count("│") == 3}
+    assert "KernelBench's metrics" in p.stdout and shown["problems (all of the level)"] == "6"
+    assert shown["with a sample 0"] == "2" and shown["correctness rate"] == "0.167"
     exported = json.loads(kb_out.read_text())
     assert set(exported) == {"30", "75"} and [e["sample_id"] for e in exported["75"]] == [0, 1]
     assert exported["75"][0]["correctness"] is True and exported["75"][0]["runtime"] > 0
