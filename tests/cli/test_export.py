@@ -30,6 +30,8 @@ def test_a_run_is_written_in_kernelbenchs_layout(tmp_path):
     assert eager["level2"]["75_Gemm_GroupNorm_Min_BiasAdd.py"]["mean"] == 2.0 * 1.01
     compiled = json.loads((timing / "baseline_time_torch_compile_inductor_default.json").read_text())
     assert compiled["level2"]["75_Gemm_GroupNorm_Min_BiasAdd.py"]["mean"] == 1.5 * 1.01
+    said = " ".join(p.stderr.split())
+    assert "has no time for level2/30, level2/37, level2/62, level2/88, level2/94" in said
     # And read back: the file it wrote is one KernelBench's format accepts.
     shown = harness("export", "check-baseline", str(timing / "baseline_time_torch.json"), data_dir=data,
                     COLUMNS="120")
