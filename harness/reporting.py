@@ -120,7 +120,8 @@ def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | No
 
 def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:
     """Best passing result per problem and submitter+model, ranked within each problem. A passed
-    result flagged `no_custom_kernel` counts for fast_p (it is correct) but is not ranked.
+    result flagged `no_custom_kernel` (or another of UNRANKED_CHECKS) counts for fast_p at p = 0 (it is correct)
+    but is not ranked.
 
     Give it results of one device class: CPU and GPU speedups are not comparable.
     """
