@@ -61,6 +61,7 @@ class Best:
     speedup: float
     submission_id: int
     who: str
+    flags: list[str] = field(default_factory=list)  # those a ranked result may carry (precision_below_fp32)
 
 
 @dataclass
@@ -90,7 +91,7 @@ HOME_SORTS: dict[str, Callable[[ProblemSummary], Any]] = {
 def _better(cur: Best | None, speedup: float | None, s: Scored) -> Best | None:
     if speedup is None or (cur is not None and cur.speedup >= speedup):
         return cur
-    return Best(speedup, s.submission_id, f"{s.submitter} / {s.model}")
+    return Best(speedup, s.submission_id, f"{s.submitter} / {s.model}", list(s.flags))
 
 
 @dataclass

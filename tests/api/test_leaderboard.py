@@ -139,3 +139,13 @@ def test_a_ranked_rows_flags_are_shown_beside_its_speedup(client, db):
     seed(db, low, submitter="alice")
     (row,) = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]["rows"]
     assert row["speedup_vs_eager"] == 2.0 and row["flags"] == ["precision_below_fp32"]
+
+
+def test_the_home_pages_best_speedup_shows_its_flags(client, db):
+    from harness.schema import Flag
+
+    low = eval_result(candidate_ms=1.0, eager_ms=2.0).model_copy(
+        update={"flags": [Flag(check="precision_below_fp32", detail="error vs float64 1e-3")]})
+    seed(db, low, submitter="alice")
+    row = client.get("/").text.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
+    assert "2.000×" in row and 'title="precision_below_fp32"' in row
