@@ -1,8 +1,14 @@
 """Report: leaderboards and fast_p from stored results. Pure: no DB, no GPU.
 
-fast_p is KernelBench's metric: the share of problems whose result is correct and more than p
-times faster than the baseline (p = 0 is the share correct). A submitter+model's problems are
-those it has a result for; on each, its best result counts.
+fast_p here is our view of KernelBench's metric: the share of problems whose result is correct and more
+than p times faster than the baseline (p = 0 is the share correct). A submitter+model's problems are
+those it has a result for; on each, its best result counts. KernelBench's own definitions (over the whole
+level, one sample per problem) are in harness/kernelbench_metrics.py.
+
+The rule for every fast_p: a result counts as faster than p > 0 only where the harness vouches for its time
+(`ranked`: passed, and no flag of verdicts.UNRANKED_CHECKS such as timing_unreliable); at p = 0 every
+correct result counts, vouched for or not. A speedup that is not vouched for is shown with its flags, never
+counted.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ def ranked(verdict: str | None, flags: Iterable[str]) -> bool:
     return verdict == "passed" and not any(check in UNRANKED_CHECKS for check in flags)
 
 
+def reference_vouched(verdict: str | None, flags: Iterable[str]) -> bool:
+    """Whether a result's times of the reference (eager, torch.compile) are vouched for: it passed, and its windows
+    were not too noisy (timing_unreliable covers the reference's windows too). A flagged result's reference
+    windows may have run beside a candidate that did not stay idle; a failed one's were not checked as a pair."""
+    return verdict == "passed" and "timing_unreliable" not in flags
+
+
 class Scored(BaseModel):
     """One submission's current result, as reports need it."""
 
@@ -43,7 +56,7 @@ class Scored(BaseModel):
     speedup_vs_compile: float | None = None
     candidate_ms: float | None = None
     created_at: datetime | None = None
-    unranked: bool = False  # passed, but carries a flag that keeps it off the leaderboard (no_custom_kernel)
+    flags: list[str] = []  # the checks of its flags: some keep a passed result off the boards (`ranked`)
 
     @property
     def correct(self) -> bool:
@@ -51,10 +64,16 @@ class Scored(BaseModel):
 
     @property
     def rankable(self) -> bool:
-        return self.correct and not self.unranked
+        """Correct, and its time is vouched for: its speedup ranks and counts for fast_p at p > 0."""
+        return ranked(self.verdict, self.flags)
 
     def speedup(self, baseline: Baseline) -> float | None:
+        """The speedup as measured, vouched for or not: what a table shows beside the flags."""
         return self.speedup_vs_eager if baseline == "eager" else self.speedup_vs_compile
+
+    def counted_speedup(self, baseline: Baseline) -> float | None:
+        """The speedup that counts (ranks, and for fast_p at p > 0): None where its time is not vouched for."""
+        return self.speedup(baseline) if self.rankable else None
 
 
 class LeaderboardRow(BaseModel):
@@ -70,6 +89,7 @@ class LeaderboardRow(BaseModel):
     size: str
     created_at: datetime | None
     submissions: int  # this submitter+model's results on this problem and device class
+    flags: list[str] = []  # those that do not keep it off the board (precision_below_fp32)
 
 
 class FastPRow(BaseModel):
@@ -86,20 +106,22 @@ def p_key(p: float) -> str:
 
 
 def _rank_key(s: Scored, baseline: Baseline) -> tuple[bool, float, float]:
-    sp = s.speedup(baseline)
+    sp = s.counted_speedup(baseline)
     at = s.created_at.timestamp() if s.created_at else 0.0
     return (sp is None, -(sp or 0.0), at)  # fastest first, untimed last, earlier wins a tie
 
 
 def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | None:
-    """The best result: correct before incorrect, then fastest."""
+    """The best result: correct before incorrect, then fastest by a speedup that counts (one not vouched for
+    ranks as untimed)."""
     ranked = sorted(results, key=lambda s: (not s.correct, *_rank_key(s, baseline)))
     return ranked[0] if ranked else None
 
 
 def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:
     """Best passing result per problem and submitter+model, ranked within each problem. A passed
-    result flagged `no_custom_kernel` counts for fast_p (it is correct) but is not ranked.
+    result flagged `no_custom_kernel` (or another of UNRANKED_CHECKS) counts for fast_p at p = 0 (it is correct)
+    but is not ranked.
 
     Give it results of one device class: CPU and GPU speedups are not comparable.
     """
@@ -119,17 +141,18 @@ def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list
                 rank=rank, problem_id=problem, submitter=s.submitter, model=s.model, submission_id=s.submission_id,
                 speedup_vs_eager=s.speedup_vs_eager, speedup_vs_compile=s.speedup_vs_compile,
                 candidate_ms=s.candidate_ms, device_name=s.device_name, size=s.size, created_at=s.created_at,
-                submissions=n))
+                submissions=n, flags=s.flags))
     return rows
 
 
 def fast_p(per_problem: Sequence[Scored], p: float, baseline: Baseline = "eager") -> float:
-    """Share of the given results (one per problem) that are correct and faster than p times the baseline."""
+    """Share of the given results (one per problem) that are correct and faster than p times the baseline, by a
+    speedup the harness vouches for (at p = 0, every correct result)."""
     if not per_problem:
         return 0.0
     hits = 0
     for s in per_problem:
-        sp = s.speedup(baseline)
+        sp = s.counted_speedup(baseline)
         if s.correct and (p == 0 or (sp is not None and sp > p)):
             hits += 1
     return hits / len(per_problem)
@@ -137,7 +160,7 @@ def fast_p(per_problem: Sequence[Scored], p: float, baseline: Baseline = "eager"
 
 def fast_p_curve(per_problem: Sequence[Scored], baseline: Baseline = "eager",
                  thresholds: Sequence[float] = FAST_P_THRESHOLDS) -> dict[str, float] | None:
-    if baseline == "compile" and not any(s.speedup_vs_compile is not None for s in per_problem):
+    if baseline == "compile" and not any(s.speedup_vs_compile is not None for s in per_problem):  # as measured
         return None
     return {p_key(p): fast_p(per_problem, p, baseline) for p in thresholds}
 

@@ -15,7 +15,8 @@ MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading"
            "harness.cli.eval_dir", "harness.cli.tokens", "harness.cli.selfcheck", "harness.service.selfcheck",
            "harness.problems.sizes",
            "harness.api.routes.pages", "harness.api.pages", "harness.api.submission_page", "harness.api.charts",
-           "harness.demo", "harness.cli.demo"]
+           "harness.demo", "harness.cli.demo", "harness.kernelbench_metrics", "harness.kernelbench_format",
+           "harness.service.kernelbench", "harness.api.routes.kernelbench", "harness.cli.export"]
 
 
 def test_importing_the_cli_runner_and_grading_does_not_import_torch():

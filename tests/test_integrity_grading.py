@@ -297,7 +297,7 @@ def test_no_custom_kernel_is_a_mark_on_a_pass_and_keeps_it_off_the_leaderboard()
     assert "not traced" in untraced.flags[0].detail
 
     rows = [Scored(submission_id=1, problem_id="p", submitter="a", model="m", verdict="passed", device="cuda",
-                   speedup_vs_eager=1.0, unranked=True),
+                   speedup_vs_eager=1.0, flags=["no_custom_kernel"]),
             Scored(submission_id=2, problem_id="p", submitter="b", model="m", verdict="passed", device="cuda",
                    speedup_vs_eager=1.2)]
     assert [r.submitter for r in leaderboard(rows)] == ["b"]

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from harness import __version__
 from harness.api.errors import BodyGuard, install_handlers
-from harness.api.routes import admin, health, leaderboard, pages, problems, submissions
+from harness.api.routes import admin, health, kernelbench, leaderboard, pages, problems, submissions
 from harness.config import Settings, get_settings
 from harness.db.session import Database
 from harness.problems import get_registry
@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None, *, db: Database | None = None) 
         log.exception("unhandled error", exc_info=exc)
         return JSONResponse({"detail": "internal error; the server log has the details"}, status_code=500)
 
-    for module in (submissions, problems, leaderboard, admin, health, pages):
+    for module in (submissions, problems, leaderboard, kernelbench, admin, health, pages):
         app.include_router(module.router)
     pages.install_page_handlers(app)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")

@@ -61,6 +61,7 @@ class Best:
     speedup: float
     submission_id: int
     who: str
+    flags: list[str] = field(default_factory=list)  # those a ranked result may carry (precision_below_fp32)
 
 
 @dataclass
@@ -90,7 +91,7 @@ HOME_SORTS: dict[str, Callable[[ProblemSummary], Any]] = {
 def _better(cur: Best | None, speedup: float | None, s: Scored) -> Best | None:
     if speedup is None or (cur is not None and cur.speedup >= speedup):
         return cur
-    return Best(speedup, s.submission_id, f"{s.submitter} / {s.model}")
+    return Best(speedup, s.submission_id, f"{s.submitter} / {s.model}", list(s.flags))
 
 
 @dataclass
@@ -148,7 +149,7 @@ def home_page(session: Session, registry: Registry, *, device: str | None, basel
     colours = model_colours(session) if by == "model" else {label: charts.colour(i) for i, (label, _) in
                                                             enumerate(groups)}
     for label, best in groups:
-        speeds = [s.speedup(baseline) for s in best if s.correct]
+        speeds = [s.counted_speedup(baseline) for s in best if s.correct]  # not vouched for: counts at p = 0 only
         series.append(charts.Series(label, charts.step_points(speeds, len(best), 3.0), colours[label]))
         legend.append((label, colours[label], reporting.fast_p(best, 1.0, baseline), sum(s.correct for s in best),
                        len(best)))

@@ -197,7 +197,8 @@ class ProblemDetail(ProblemPublic):
     source: str
     constants: dict[str, str]
     baseline_times: list[BaselineTime] = Field(
-        description="The reference's median times as last measured on each device and size.")
+        description="The reference's times on each device and size: the median of the measurements the harness "
+        "vouches for, with how many there were (a measurement in windows too noisy to vouch for is left out).")
     degenerate: list[DegenerateAt] = Field(
         default_factory=list, description="Where outputs that compute nothing (zeros, a constant, each row's mean) "
         "pass: results there are flagged degenerate_tolerance and not ranked.")

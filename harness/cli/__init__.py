@@ -9,6 +9,7 @@ from harness.cli import db as db_cmd
 from harness.cli import demo as demo_cmd
 from harness.cli import eval as eval_cmd
 from harness.cli import eval_dir as eval_dir_cmd
+from harness.cli import export as export_cmd
 from harness.cli import problems as problems_cmd
 from harness.cli import reeval as reeval_cmd
 from harness.cli import selfcheck as selfcheck_cmd
@@ -28,6 +29,7 @@ app.command("worker")(worker_cmd.worker_command)
 app.command("reeval")(reeval_cmd.reeval_command)
 app.command("eval-dir")(eval_dir_cmd.eval_dir_command)
 app.add_typer(tokens_cmd.app, name="tokens")
+app.add_typer(export_cmd.app, name="export")
 app.add_typer(db_cmd.app, name="db")
 app.command("demo-seed")(demo_cmd.demo_seed_command)
 app.add_typer(bench_cmd.app, name="bench")

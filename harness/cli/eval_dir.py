@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import threading
 from pathlib import Path
 
@@ -11,12 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.cli.common import ProblemsDirOption, require_cuda
+from harness.cli.export import read_baseline_file
 from harness.cli.reeval import watch_jobs
 from harness.config import Settings
 from harness.db.session import Database
-from harness.problems import get_registry
+from harness.kernelbench_format import BaselineFile
+from harness.problems import Registry, get_registry
 from harness.service import batch as batch_mod
 from harness.service.devices import SlotError
+from harness.service.kernelbench import KernelBenchReport
 from harness.service.runtime import make_worker, settings_with, setup_logging
 
 
@@ -28,13 +32,15 @@ def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
     console.print(f"{rep.run}: {rep.model} ({rep.submitter})", soft_wrap=True)
     table = Table()
     # Fixed columns keep their width; the message takes what the terminal has left.
-    for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10)):
+    for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10),
+                       ("flags", 5)):
         table.add_column(col, no_wrap=True, min_width=width)
-    table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=max(8, console.width - 76))
+    table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=max(8, console.width - 84))
     for p in rep.problems:
         for smp in p.samples:
             table.add_row(p.kernelbench_id or p.problem_id, str(smp.sample), smp.verdict or "-",
-                          _fmt(smp.speedup_vs_eager), _fmt(smp.speedup_vs_compile), smp.message or "")
+                          _fmt(smp.speedup_vs_eager), _fmt(smp.speedup_vs_compile), flag_cell(smp.flags),
+                          smp.message or "")
     console.print(table)
     for device, fp in rep.fast_p.items():
         label = {"cpu": "CPU results (small sizes; not comparable with GPU results)", "cuda": "GPU results"}.get(
@@ -52,6 +58,84 @@ def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
     if rep.not_evaluated:
         console.print(f"not evaluated (unknown problems; pass --problems-dir): {', '.join(rep.not_evaluated)}",
                       soft_wrap=True)
+    if rep.kernelbench is not None:
+        render_kernelbench(rep.kernelbench, console)
+
+
+# Flags that keep a speedup from counting, shortened for the table; the JSON has every flag as it is.
+_SHORT = {"timing_unreliable": "unreliable time", "no_custom_kernel": "no custom kernel",
+          "degenerate_tolerance": "degenerate tolerance", "precision_below_fp32": "lower precision"}
+
+
+def flag_cell(flags: list[str]) -> str:
+    return ", ".join(_SHORT.get(f, f) for f in flags)
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def render_kernelbench(kb: KernelBenchReport, console: Console) -> None:
+    """KernelBench's metrics of the run, by its definitions, beside our own fast_p above: one column per level,
+    so that the table fits a narrow terminal."""
+    console.print(f"KernelBench's metrics, by its definitions (every problem of the level, sample 0 of each; "
+                  f"README, \"Metrics\"), on {kb.device_name or kb.device}, {kb.size} size; baseline: "
+                  f"{kb.baseline_source}", soft_wrap=True)
+    if not kb.levels:
+        return
+    t = Table()
+    t.add_column("KernelBench's")
+    for m in kb.levels:
+        t.add_column(f"level {m.level}", justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("problems (all of the level)", [str(m.problems) for m in kb.levels]),
+        ("with a sample 0", [str(m.evaluated) for m in kb.levels]),
+        ("compilation rate", [_rate(m.compilation_rate) for m in kb.levels]),
+        ("correctness rate", [_rate(m.correctness_rate) for m in kb.levels]),
+        *[(f"fast_{p}", [_rate(m.fast_p.get(p)) for m in kb.levels]) for p in kb.levels[0].fast_p],
+        ("geomean speedup, correct", [_fmt(m.geomean_speedup_correct) for m in kb.levels]),
+        ("geomean speedup, correct and faster", [_fmt(m.geomean_speedup_correct_and_faster) for m in kb.levels]),
+        *[(k, [_rate(m.pass_at_k.get(k)) for m in kb.levels])
+          for k in sorted({k for m in kb.levels for k in m.pass_at_k})],
+    ]
+    for name, cells in rows:
+        t.add_row(name, *cells)
+    console.print(t)
+    for m in kb.levels:
+        notes = []
+        if m.unvouched:
+            notes.append(f"{m.unvouched} correct with a time not vouched for (counted as correct, not as faster)")
+        if m.no_baseline:
+            notes.append(f"no baseline time for problem{'s' if len(m.no_baseline) > 1 else ''} "
+                         f"{', '.join(map(str, m.no_baseline))} (correct, not counted as faster)")
+        if notes:
+            console.print(f"level {m.level}: " + "; ".join(notes), soft_wrap=True)
+    left = {k: v for k, v in kb.left_out.model_dump().items() if v}
+    if left:
+        console.print("left out of KernelBench's metrics: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                                      for k, v in left.items()), soft_wrap=True)
+
+
+def kernelbench_baseline_option(path: Path | None) -> tuple[BaselineFile | None, str | None]:
+    """The --kernelbench-baseline file, read before anything is evaluated (a bad one is a usage error), and its
+    label."""
+    if path is None:
+        return None, None
+    baseline = read_baseline_file(path)
+    return baseline, f"{path} ({', '.join(baseline.hardware()) or 'hardware not named'})"
+
+
+def attach_kernelbench(rep: batch_mod.EvalDirReport, db: Database, registry: Registry,
+                       baseline: tuple[BaselineFile | None, str | None], json_path: Path | None) -> None:
+    """KernelBench's metrics into the report; its eval results written to `json_path` (one level: that file;
+    several: <stem>_level<L>.json beside it)."""
+    rep.kernelbench, per_level = batch_mod.kernelbench_view(db, registry, rep.batch, *baseline)
+    if json_path is None:
+        return
+    for level, results in per_level.items():
+        path = json_path if len(per_level) == 1 else json_path.with_name(f"{json_path.stem}_level{level}.json")
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        typer.echo(f"KernelBench eval results written to {path}", err=True)
 
 
 def slot_choice(device: str, gpus: str | None, settings: Settings) -> str:
@@ -85,14 +169,22 @@ def eval_dir_command(
     via_queue: bool = typer.Option(False, "--via-queue", help="Queue the jobs for the running service's workers "
                                    "instead of evaluating here (do so when `harness serve` uses these GPUs)."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
+    kernelbench_json: Path = typer.Option(None, "--kernelbench-json", dir_okay=False, help="Also write the results "
+                                          "as KernelBench's eval_results.json here."),
+    kernelbench_baseline: Path = typer.Option(None, "--kernelbench-baseline", exists=True, dir_okay=False,
+                                              help="A KernelBench baseline-time file (results/timing/<hardware>/"
+                                              "<baseline>.json) for KernelBench's metrics (default: the "
+                                              "reference's vouched measurements here)."),
     problems_dir: Path = ProblemsDirOption,
     database_url: str = typer.Option(None, "--database-url"),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     """Evaluate a folder of KernelBench generations (level_<L>_problem_<N>_sample_<S>_kernel.py); report fast_p.
 
-    The results are stored like any submission and printed per problem, with fast_p at p = 0, 0.5, 0.8, 1,
-    1.5, 2 against eager and torch.compile.
+    The results are stored like any submission and printed per problem with their flags, with the harness's
+    fast_p at p = 0, 0.5, 0.8, 1, 1.5, 2 against eager and torch.compile, and beside it KernelBench's metrics by
+    KernelBench's definitions (every problem of the level, sample 0; see README). A speedup counts as faster
+    only where the harness vouches for its time.
 
     Examples:
 
@@ -101,11 +193,15 @@ def eval_dir_command(
       harness eval-dir runs/my_run/ --problems-dir ~/KernelBench/KernelBench --gpus 0,1
 
       harness eval-dir runs/my_run/ --device cpu        # no GPU: the problems' small sizes
+
+      harness eval-dir runs/my_run/ --kernelbench-json runs/my_run/eval_results.json \\
+          --kernelbench-baseline KernelBench/results/timing/H100_Modal/baseline_time_torch.json
     """
     setup_logging(log_level)
     console = Console(stderr=False)
     settings = settings_with(database_url=database_url, problems_dir=problems_dir)
     slots = None if via_queue else slot_choice(device, gpus, settings)
+    kb_baseline = kernelbench_baseline_option(kernelbench_baseline)
     registry = get_registry(settings.problems_dir)
     gens, _others = batch_mod.scan(folder, registry)
     if not gens:
@@ -139,6 +235,7 @@ def eval_dir_command(
             worker.stop()
             thread.join()
     rep = batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model)
+    attach_kernelbench(rep, db, registry, kb_baseline, kernelbench_json)
     render(rep, console)
     if json_out is not None:
         json_out.write_text(rep.model_dump_json(indent=2) + "\n")

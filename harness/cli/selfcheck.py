@@ -26,7 +26,8 @@ def render(rows: list[sc.SelfcheckRow], console: Console) -> None:
         table.add_column(col, min_width=width, overflow="fold")
     table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=max(8, console.width - 100))
     for r in rows:
-        table.add_row(r.problem, r.size, r.verdict, "-" if r.speedup_vs_eager is None else f"{r.speedup_vs_eager:.3f}x",
+        verdict = f"{r.verdict} ({', '.join(r.flags)})" if r.flags else r.verdict  # beside the A/A it qualifies
+        table.add_row(r.problem, r.size, verdict, "-" if r.speedup_vs_eager is None else f"{r.speedup_vs_eager:.3f}x",
                       "-" if r.forward_s is None else f"{r.forward_s * 1e3:.1f}", f"{r.sizing_s + r.eval_s:.1f}",
                       "" if r.verdict == "passed" else r.message)
     console.print(table)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import and_, case, func, or_, select
@@ -12,6 +14,7 @@ from sqlalchemy.orm import Session, defer
 
 from harness.db.crud import db_now, hash_token
 from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow
+from harness.reporting import reference_vouched
 
 
 def find_token(session: Session, secret: str) -> Token | None:
@@ -136,29 +139,63 @@ def distinct_models(session: Session) -> list[str]:
 
 
 class BaselineTime(BaseModel):
-    """Also the wire model of /api/problems/{id}."""
+    """Also the wire model of /api/problems/{id}: the reference's times on one device and size, each the median
+    of the measurements the harness vouches for (reporting.reference_vouched); None where there is none."""
 
     device: str
     device_name: str | None
     size: str
     eager_ms: float | None
     compile_ms: float | None
-    measured_at: datetime
+    eager_measurements: int  # how many vouched measurements eager_ms is the median of
+    compile_measurements: int
+    unvouched: int  # measurements left out: timed in windows too noisy to vouch for, or beside a flagged result
+    measured_at: datetime | None  # the latest vouched measurement
 
 
 def baseline_times(session: Session, problem_id: str, problem_version: int) -> list[BaselineTime]:
-    """The reference's times as last measured on each device and size (they are timed beside passing
-    candidates)."""
+    """The reference's times on each device and size, from every evaluation that timed it (the reference is
+    timed beside each candidate that got that far): the median of the vouched ones, with how many there were.
+    The latest alone may be one the harness refused to vouch for (15 ms where every other run gave 0.15 ms)."""
     rows = session.execute(
-        select(Result.device, Result.device_name, Result.size, Result.eager_ms, Result.compile_ms, Result.created_at)
+        select(Result.device, Result.device_name, Result.size, Result.eager_ms, Result.compile_ms, Result.created_at,
+               Result.verdict, Result.flags)
         .where(Result.problem_id == problem_id, Result.problem_version == problem_version,
                Result.eager_ms.is_not(None), Result.device.is_not(None))
         .order_by(Result.id.desc())).all()
-    seen: dict[tuple[str, str | None, str], BaselineTime] = {}
-    for device, name, size, eager, comp, at in rows:
-        seen.setdefault((device, name, size), BaselineTime(device=device, device_name=name, size=size,
-                                                           eager_ms=eager, compile_ms=comp, measured_at=at))
-    return list(seen.values())
+    groups: dict[tuple[str, str | None, str], list[Any]] = {}
+    for row in rows:
+        groups.setdefault((row.device, row.device_name, row.size), []).append(row)
+    out = []
+    for (device, name, size), group in groups.items():
+        vouched = [r for r in group if reference_vouched(r.verdict, r.flags or [])]
+        eager = [r.eager_ms for r in vouched]
+        comp = [r.compile_ms for r in vouched if r.compile_ms is not None]
+        out.append(BaselineTime(device=device, device_name=name, size=size,
+                                eager_ms=statistics.median(eager) if eager else None,
+                                compile_ms=statistics.median(comp) if comp else None, eager_measurements=len(eager),
+                                compile_measurements=len(comp), unvouched=len(group) - len(vouched),
+                                measured_at=vouched[0].created_at if vouched else None))
+    return out
+
+
+def reference_measurements(session: Session, problem_ids: Sequence[str], device: str) -> Sequence[Result]:
+    """Every passed result of these problems on this device class that timed the reference, payload included
+    (its timing statistics), newest first: only a passed one's reference times can be vouched for."""
+    if not problem_ids:
+        return []
+    return session.scalars(select(Result).where(Result.problem_id.in_(problem_ids), Result.device == device,
+                                                Result.verdict == "passed", Result.eager_ms.is_not(None))
+                           .order_by(Result.id.desc())).all()
+
+
+def results_for_export(session: Session, f: SubmissionFilter, batch: str | None = None
+                       ) -> Sequence[tuple[Submission, Result | None]]:
+    """Matching submissions (not their texts), each with its current result and its payload, oldest first."""
+    q = _filtered(select(Submission, Result).outerjoin(Result, Result.id == Submission.current_result_id), f)
+    if batch is not None:
+        q = q.join(Job, Job.submission_id == Submission.id).where(Job.batch == batch)
+    return session.execute(q.options(defer(Submission.text)).order_by(Submission.id)).all()
 
 
 class DegenerateAt(BaseModel):

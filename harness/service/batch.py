@@ -11,15 +11,19 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
+from harness import kernelbench_format as kbf
 from harness import reporting
 from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
+from harness.service import kernelbench as kb
+from harness.service.kernelbench import KernelBenchReport
 from harness.service.outcomes import scored
 from harness.verdicts import Verdict
 
@@ -88,8 +92,9 @@ class SampleResult(BaseModel):
     verdict: str | None
     message: str | None
     device: str | None
-    speedup_vs_eager: float | None
+    speedup_vs_eager: float | None  # as measured: counts for fast_p only where `flags` leave it vouched for
     speedup_vs_compile: float | None
+    flags: list[str] = []  # e.g. timing_unreliable: shown, never counted as faster (reporting.ranked)
 
 
 class ProblemResult(BaseModel):
@@ -116,6 +121,7 @@ class EvalDirReport(BaseModel):
     problems: list[ProblemResult]
     not_evaluated: list[str]  # files of problems this harness does not know
     fast_p: dict[str, FastP]  # by device class: "cuda", "cpu"; never mixed
+    kernelbench: KernelBenchReport | None = None  # KernelBench's metrics of the run, by its definitions
 
 
 def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder: Path, submitter: str,
@@ -131,7 +137,7 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
             sample=int(meta.get("sample", -1)), file=str(meta.get("file", "")), submission_id=sub.id,
             verdict=res.verdict if res else None, message=res.message if res else None,
             device=res.device if res else None, speedup_vs_eager=res.speedup_vs_eager if res else None,
-            speedup_vs_compile=res.speedup_vs_compile if res else None))
+            speedup_vs_compile=res.speedup_vs_compile if res else None, flags=list(res.flags or []) if res else []))
         if res is not None and res.verdict != Verdict.infra_error.value:
             results.append(scored(sub, res))
     for g in gens:
@@ -142,7 +148,9 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
     return EvalDirReport(
         run=run, folder=str(folder), batch=batch, submitter=submitter, model=model,
         thresholds=list(reporting.FAST_P_THRESHOLDS),
-        fast_p_basis="the best sample of each problem; problems are those with a result",
+        fast_p_basis="the harness's fast_p: the best sample of each problem; problems are those with a result; a "
+                     "speedup counts above p = 0 only where its time is vouched for (no timing_unreliable, "
+                     "no_custom_kernel or degenerate_tolerance flag)",
         problems=problems, not_evaluated=[g.path.name for g in gens if g.spec is None],
         fast_p=fast_p_by_device(results))
 
@@ -158,3 +166,15 @@ def fast_p_by_device(results: list[reporting.Scored]) -> dict[str, FastP]:
         out[device] = FastP(problems=len(eager), eager=reporting.fast_p_curve(eager, "eager") or {},
                             compile=reporting.fast_p_curve(compiled, "compile"))
     return out
+
+
+def kernelbench_view(db: Database, registry: Registry, batch: str,
+                     baseline_file: kbf.BaselineFile | None = None, baseline_label: str | None = None
+                     ) -> tuple[KernelBenchReport, dict[int, dict[str, Any]]]:
+    """KernelBench's metrics of the batch (by its definitions; the baseline from `baseline_file` where given, else
+    the harness's vouched measurements), and the batch as KernelBench's eval results, per level."""
+    with db.session() as s:
+        samples, counts = kb.run_samples(registry, queries.results_for_export(s, queries.SubmissionFilter(), batch))
+        report = kb.kernelbench_report(s, registry, samples, counts, baseline_file=baseline_file,
+                                       baseline_label=baseline_label)
+    return report, kb.eval_results_json(samples, report.device)

@@ -9,7 +9,7 @@ from harness.db.models import Result, Submission
 from harness.problems.spec import DEFAULT_TOLERANCE, ProblemSpec
 from harness.reporting import Scored
 from harness.schema import EvalResult, Observations, ProblemRef, Tolerance
-from harness.verdicts import UNRANKED_CHECKS, Verdict
+from harness.verdicts import Verdict
 
 
 def infra_result(submission: Submission, message: str, spec: ProblemSpec | None = None) -> EvalResult:
@@ -38,4 +38,4 @@ def scored(sub: Submission, res: Result) -> Scored:
                   verdict=res.verdict, device=res.device, device_name=res.device_name, size=res.size,
                   speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile,
                   candidate_ms=res.candidate_ms, created_at=res.created_at,
-                  unranked=any(check in UNRANKED_CHECKS for check in res.flags or []))
+                  flags=list(res.flags or []))

@@ -99,3 +99,53 @@ def test_on_a_cpu_only_service_nothing_that_never_ran_reaches_the_gpu_board(clie
     assert got["gpu"] == {"rows": [], "fast_p": []}
     (cat,) = got["cpu"]["fast_p"]
     assert (cat["problems"], cat["correct"], cat["fast_p_eager"]["1"]) == (1, 1, 1.0)
+
+
+def _unreliable(result):
+    from harness.schema import Flag
+
+    return result.model_copy(update={"flags": [Flag(check="timing_unreliable", detail="spread 159.6%")]})
+
+
+def test_fast_p_counts_a_speedup_only_where_its_time_is_vouched_for(client, db):
+    # 18x, in windows too noisy to vouch for
+    seed(db, _unreliable(eval_result(candidate_ms=0.1, eager_ms=1.8247, compile_ms=0.9)), submitter="alice")
+    seed(db, eval_result(candidate_ms=10.0, eager_ms=1.347), submitter="alice")  # 0.1347x, vouched
+    got = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]
+    assert [round(r["speedup_vs_eager"], 4) for r in got["rows"]] == [0.1347]
+    (alice,) = got["fast_p"]
+    assert alice["correct"] == 1 and alice["fast_p_eager"]["0"] == 1.0
+    assert [alice["fast_p_eager"][p] for p in ("0.5", "0.8", "1", "1.5", "2")] == [0.0] * 5
+
+
+def test_the_home_pages_fast_p_curve_leaves_out_speedups_not_vouched_for(client, db):
+    # 18x, in windows too noisy to vouch for
+    seed(db, _unreliable(eval_result(candidate_ms=0.1, eager_ms=1.8247, compile_ms=0.9)), submitter="alice")
+    html = client.get("/").text
+    legend = html.split('id="fast-p-legend"', 1)[1].split("</ul>", 1)[0]
+    assert "1/1 correct" in legend and "fast_1 0%" in legend
+    # The curve falls from 100% to 0 at p = 0 and stays there: no plateau out to 3x.
+    d = html.split('<path class="series"', 1)[1].split('d="', 1)[1].split('"', 1)[0]
+    points = [tuple(map(float, c[1:].split(","))) for c in d.split()]
+    (x0, top), (x0_again, bottom), (x_end, end) = points
+    assert x0 == x0_again and top < bottom == end and x_end > x0
+
+
+def test_a_ranked_rows_flags_are_shown_beside_its_speedup(client, db):
+    from harness.schema import Flag
+
+    low = eval_result(candidate_ms=1.0, eager_ms=2.0).model_copy(
+        update={"flags": [Flag(check="precision_below_fp32", detail="error vs float64 1e-3")]})
+    seed(db, low, submitter="alice")
+    (row,) = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]["rows"]
+    assert row["speedup_vs_eager"] == 2.0 and row["flags"] == ["precision_below_fp32"]
+
+
+def test_the_home_pages_best_speedup_shows_its_flags(client, db):
+    from harness.schema import Flag
+
+    low = eval_result(candidate_ms=1.0, eager_ms=2.0).model_copy(
+        update={"flags": [Flag(check="precision_below_fp32", detail="error vs float64 1e-3")]})
+    seed(db, low, submitter="alice")
+    row = client.get("/").text.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
+    assert "2.000×" in row and 'title="precision_below_fp32"' in row

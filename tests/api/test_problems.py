@@ -39,3 +39,30 @@ def test_a_problem_says_where_its_tolerance_is_degenerate(client, db):
     assert got["degenerate"] == [{"device": "cuda", "size": "default", "atol": 1e-4, "rtol": 1e-4}]
     page = client.get("/problems/level2/75?device=cuda").text
     assert "degenerate" in page and "outputs that compute nothing pass there" in page
+
+
+def test_the_reference_time_shown_is_the_median_of_the_vouched_measurements_with_their_count(client, db):
+    from harness.schema import Flag
+
+    for eager in (0.150, 0.153, 0.160):
+        seed(db, eval_result(candidate_ms=0.1, eager_ms=eager, compile_ms=0.5))
+    noisy = eval_result(candidate_ms=0.1, eager_ms=15.227, compile_ms=0.5).model_copy(
+        update={"flags": [Flag(check="timing_unreliable", detail="eager 159.6%")]})
+    seed(db, noisy)  # the latest, and one the harness does not vouch for
+    (cuda,) = client.get("/api/problems/level2/75").json()["baseline_times"]
+    assert cuda["eager_ms"] == 0.153 and cuda["eager_measurements"] == 3 and cuda["unvouched"] == 1
+    assert cuda["compile_ms"] == 0.5 and cuda["compile_measurements"] == 3
+    shown = client.get("/problems/level2/75?device=cuda").text.split('class="reference-time"', 1)[1].split("</div>")[0]
+    assert "15.2" not in shown and "median of 3 vouched measurements" in shown and "1 not vouched for" in shown
+
+
+def test_a_reference_never_measured_in_windows_the_harness_vouches_for_shows_no_time(client, db):
+    from harness.schema import Flag
+
+    noisy = eval_result(candidate_ms=0.1, eager_ms=15.227, compile_ms=0.5).model_copy(
+        update={"flags": [Flag(check="timing_unreliable", detail="eager 159.6%")]})
+    seed(db, noisy)
+    (cuda,) = client.get("/api/problems/level2/75").json()["baseline_times"]
+    assert cuda["eager_ms"] is None and cuda["eager_measurements"] == 0 and cuda["unvouched"] == 1
+    shown = client.get("/problems/level2/75?device=cuda").text.split('class="reference-time"', 1)[1].split("</div>")[0]
+    assert "no measurement the harness vouches for" in shown and "15.2" not in shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
 from harness import grading
 from harness.config import Settings
@@ -78,17 +79,20 @@ def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level
 
 
 def new_submission(problem: str = "gemm-groupnorm-min-biasadd", *, submitter: str = "alice", model: str = "m1",
-                   text: str = SOURCE) -> crud.NewSubmission:
+                   text: str = SOURCE, tags: list[str] | None = None,
+                   meta: dict[str, Any] | None = None) -> crud.NewSubmission:
     return crud.NewSubmission(problem_id=problem, problem_version=1, text=text, text_kind="source",
-                              submitter=submitter, model=model, tags=[], meta={})
+                              submitter=submitter, model=model, tags=tags or [], meta=meta or {})
 
 
 def seed(db: Database, result: EvalResult, *, submitter: str = "alice", model: str = "m1",
-         settings: Settings | None = None, origin: ResultOrigin = ResultOrigin.sandbox) -> int:
+         settings: Settings | None = None, origin: ResultOrigin = ResultOrigin.sandbox,
+         tags: list[str] | None = None, meta: dict[str, Any] | None = None) -> int:
     """Store a submission and its result through the queue (create, claim, complete); returns its id."""
     batch = f"seed-{uuid.uuid4().hex[:8]}"  # claim exactly this job, whatever else is queued
     with db.session() as s:
-        sub, _ = crud.create_submission(s, new_submission(result.problem.id, submitter=submitter, model=model),
+        sub, _ = crud.create_submission(s, new_submission(result.problem.id, submitter=submitter, model=model,
+                                                          tags=tags, meta=meta),
                                         token=None, queue_limit=None, max_attempts=3, batch=batch)
         claim = crud.claim_job(s, "seeder", 60, batch=batch)
         assert claim is not None

@@ -69,3 +69,19 @@ def test_fast_p_table_is_per_pair_over_the_problems_it_attempted():
 def test_fast_p_never_rises_with_p(p):
     results = [s(f"p{i}", eager=e) for i, e in enumerate([0.1, 0.6, 0.9, 1.2, 1.7, 2.5, None])]
     assert fast_p(results, p) >= fast_p(results, p + 0.25)
+
+
+def test_a_speedup_the_harness_does_not_vouch_for_counts_as_correct_but_never_as_faster():
+    # The C++ hardtanh: 18x with windows spread 160% (timing_unreliable), beside the same pair's vouched 0.13x.
+    noisy = s("p1", eager=18.247, compile_=9.0).model_copy(update={"flags": ["timing_unreliable"]})
+    assert fast_p_curve([noisy]) == {"0": 1.0, "0.5": 0.0, "0.8": 0.0, "1": 0.0, "1.5": 0.0, "2": 0.0}
+    for flag in ("degenerate_tolerance", "no_custom_kernel"):
+        assert fast_p([noisy.model_copy(update={"flags": [flag]})], 1.0) == 0.0
+    # A flag that does not keep a result off the boards leaves its speedup counted.
+    assert fast_p([noisy.model_copy(update={"flags": ["precision_below_fp32"]})], 2.0) == 1.0
+    vouched = s("p1", eager=0.1347)
+    (pick,) = best_per_problem([noisy, vouched])
+    assert pick is vouched  # the measured 18x does not make it the best
+    (row,) = fast_p_table([noisy, vouched])
+    assert row.fast_p_eager == {"0": 1.0, "0.5": 0.0, "0.8": 0.0, "1": 0.0, "1.5": 0.0, "2": 0.0}
+    assert row.fast_p_compile is not None and row.fast_p_compile["1"] == 0.0

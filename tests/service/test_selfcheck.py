@@ -141,3 +141,17 @@ def test_every_reference_in_the_ci_sample_passes_its_own_evaluation(tmp_path: Pa
     failed = [(r.problem, r.verdict, r.message) for r in rows if r.verdict != "passed"]
     assert not failed, failed
     assert all(r.size != "-" for r in rows) and time.monotonic() - t0 < 600
+
+
+def test_the_selfcheck_table_shows_a_rows_flags_beside_its_a_a_speedup():
+    from rich.console import Console
+
+    import harness.cli.selfcheck as cli
+    from harness.service.selfcheck import SelfcheckRow
+
+    row = SelfcheckRow(problem="level2/30", name="30_Gemm_GroupNorm_Hardtanh", size="default", verdict="passed",
+                       flags=["timing_unreliable"], speedup_vs_eager=23.4)
+    console = Console(width=200, record=True)
+    cli.render([row], console)
+    line = next(ln for ln in console.export_text().splitlines() if "23.400x" in ln)
+    assert "timing_unreliable" in line

@@ -24,7 +24,8 @@ def _board(results: list[Scored], baseline: reporting.Baseline) -> Board:
 def leaderboard(session: SessionDep, registry: RegistryDep, problem: str | None = None,
                 baseline: Literal["eager", "compile"] = "eager") -> LeaderboardPublic:
     """Rows rank each problem's best passing results by speedup over `baseline`; fast_p is the share of
-    a submitter+model's problems solved correctly and more than p times faster (KernelBench's metric).
+    a submitter+model's problems solved correctly and, for p > 0, more than p times faster by a time the harness
+    vouches for (our view of KernelBench's metric; /api/kernelbench gives KernelBench's definitions).
     A result counts on the board of the device it ran on; one that never ran (an invalid submission)
     counts on neither, and infra errors (the harness's fault) count nowhere."""
     problem_ids = [find_problem(registry, problem).id] if problem else None
