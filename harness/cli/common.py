@@ -8,6 +8,7 @@ import typer
 
 from harness.config import Settings, get_settings
 from harness.problems import Registry, UnknownProblem, get_registry
+from harness.problems import find_problem as find_in
 from harness.problems.spec import ProblemSpec
 from harness.service.devices import cuda_device_missing
 
@@ -24,8 +25,9 @@ def registry(problems_dir: Path | None) -> Registry:
 
 
 def find_problem(problems_dir: Path | None, problem: str) -> ProblemSpec:
+    """The problem -p names (an id, a KernelBench id, a stem or a file's path); exit 2 with near names if none."""
     try:
-        return registry(problems_dir).get(problem)
+        return find_in(registry(problems_dir), problem)
     except UnknownProblem as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -54,6 +54,14 @@ def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
                       soft_wrap=True)
 
 
+def unknown_warning(unknown: list[batch_mod.Generation], shown: int = 10) -> str:
+    """Names each file whose problem this harness does not know, with the problem it names."""
+    files = [f"{g.path.name} (unknown problem {g.kernelbench_id!r})" for g in unknown[:shown]]
+    more = f" and {len(unknown) - shown} more" if len(unknown) > shown else ""
+    return (f"warning: {len(unknown)} files are not evaluated, for problems this harness does not know: "
+            f"{', '.join(files)}{more}. Pass --problems-dir with a KernelBench folder that has them")
+
+
 def slot_choice(device: str, gpus: str | None, settings: Settings) -> str:
     """The worker's --gpus value for `--device` and `--gpus` (kept as it was before --device existed)."""
     if device not in ("auto", "cpu", "cuda"):
@@ -116,8 +124,7 @@ def eval_dir_command(
     submitter = submitter or getpass.getuser()
     known = [g for g in gens if g.spec is not None]
     if len(known) < len(gens):
-        typer.echo(f"warning: {len(gens) - len(known)} files are for problems this harness does not know "
-                   "(pass --problems-dir with a KernelBench folder); they are not evaluated", err=True)
+        typer.echo(unknown_warning([g for g in gens if g.spec is None]), err=True)
     db = Database(settings)
     worker = None
     if slots is not None and known:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from harness.db import queries
 from harness.db.session import Database
-from harness.problems import UnknownProblem, get_registry
+from harness.problems import UnknownProblem, find_problem, get_registry
 from harness.problems.spec import V01_TOLERANCE
 from harness.service import reeval
 from harness.service.runtime import settings_with, setup_logging
@@ -65,7 +65,8 @@ def watch_jobs(db: Database, job_ids: list[int]) -> None:
 
 
 def reeval_command(
-    problem: str = typer.Option(None, "--problem", "-p", help="Only this problem (slug or KernelBench id)."),
+    problem: str = typer.Option(None, "--problem", "-p", help="Only this problem (slug, KernelBench id or "
+                                 "the path of its file)."),
     verdict: Verdict = typer.Option(None, "--verdict", help="Only submissions whose current verdict is this."),
     since: datetime = typer.Option(None, "--since", help="Only submissions made at or after this UTC date/time."),
     regrade_only: bool = typer.Option(False, "--regrade-only", help="Grade the stored figures again (no GPU, no "
@@ -106,7 +107,7 @@ def reeval_command(
     problem_id = None
     if problem is not None:
         try:
-            problem_id = registry.get(problem).id
+            problem_id = find_problem(registry, problem).id
         except UnknownProblem as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

@@ -64,6 +64,25 @@ def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
     assert result["problem"]["size"] == "default"  # an external problem has no small size
 
 
+def test_eval_takes_a_problem_file_by_its_path(tmp_path):
+    level = tmp_path / "myprob" / "level2"
+    level.mkdir(parents=True)
+    builtin = REPO / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
+    small = builtin.read_text().replace("batch_size = 1024", "batch_size = 16").replace(
+        "in_features = 8192", "in_features = 64").replace("out_features = 8192", "out_features = 64")
+    (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
+    p = harness("eval", "-p", "myprob/level2/30_Gemm_GroupNorm_Hardtanh.py", "-s",
+                str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--no-timing", "--json",
+                data_dir=tmp_path, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["verdict"] == "passed", result["message"]
+    assert result["problem"]["source"] == str(level.resolve() / "30_Gemm_GroupNorm_Hardtanh.py")
+    p = harness("eval", "-p", "myprob/level2/31_Nothing.py", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"),
+                data_dir=tmp_path, cwd=tmp_path)
+    assert p.returncode == 2 and "no such file" in p.stderr
+
+
 def test_unknown_problem_exits_2_with_a_suggestion(tmp_path):
     p = harness("eval", "-p", "level2/57", "-s", str(SUBMISSIONS / "l30_raises.py"), data_dir=tmp_path)
     assert p.returncode == 2 and "did you mean" in p.stderr and "level2/75" in p.stderr

@@ -26,6 +26,7 @@ def test_eval_dir_evaluates_stores_and_reports_fast_p(svc_db, svc_settings, tmp_
                        env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "fast_p over 2 problems, CPU results" in p.stdout and "level_2_problem_40_sample_0_kernel.py" in p.stdout
+    assert "level_2_problem_40_sample_0_kernel.py (unknown problem 'level2/40')" in p.stderr
 
     rep = json.loads(out.read_text())
     assert rep["run"] == "my_run" and rep["model"] == "llm-x" and rep["thresholds"] == [0, 0.5, 0.8, 1, 1.5, 2]
