@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.config import Settings
 from harness.db import queries
 from harness.db.session import Database
 from harness.problems import UnknownProblem, find_problem, get_registry
@@ -49,16 +51,29 @@ def _regrade_report(summary: reeval.RegradeSummary, under: str, undo: bool, cons
     _summary(title, [(b, a, o.value, n) for (b, a, o), n in summary.transitions.items()], console, summary.dry_run)
 
 
-def watch_jobs(db: Database, job_ids: list[int]) -> None:
-    """A progress bar until the jobs are done; Ctrl-C stops watching (exit 130), the jobs stay queued."""
+def follow_jobs(db: Database, settings: Settings, job_ids: list[int], *,
+                on_done: Callable[[int], None] | None = None, interrupted: str = "") -> None:
+    """A progress bar until the jobs are done; `on_done(done)` each time more of them are done. A job that takes long
+    is said (which, in which state, for how long). Ctrl-C is the caller's (KeyboardInterrupt)."""
+    last = [-1]
+
+    def progressed(done: int, _total: int) -> None:
+        bar.update(task, completed=done)
+        if on_done is not None and done != last[0]:
+            last[0] = done
+            on_done(done)
+
+    with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("jobs", total=len(job_ids))
+        reeval.wait_for_jobs(db, job_ids, progress=progressed, stalled=lambda secs: bar.console.print(
+            reeval.stall_report(db, job_ids, secs, settings.worker_silent_after_s) + interrupted, soft_wrap=True))
+
+
+def watch_jobs(db: Database, settings: Settings, job_ids: list[int]) -> None:
+    """`follow_jobs`; Ctrl-C stops watching (exit 130), the jobs stay queued."""
     try:
-        with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True)) as bar:
-            task = bar.add_task("jobs", total=len(job_ids))
-            reeval.wait_for_jobs(db, job_ids, progress=lambda done, _t: bar.update(task, completed=done),
-                                 stalled=lambda secs: bar.console.print(
-                                     f"no job has moved for {secs:.0f} s: is a worker running (`harness serve` or "
-                                     "`harness worker`)? Ctrl-C stops watching; the jobs stay queued"))
+        follow_jobs(db, settings, job_ids, interrupted=". Ctrl-C stops watching; the jobs stay queued")
     except KeyboardInterrupt:
         typer.echo("stopped watching; the jobs stay queued", err=True)
         raise typer.Exit(130) from None
@@ -142,7 +157,7 @@ def reeval_command(
                + (f", {queued.already_queued} already queued or running" if queued.already_queued else ""), err=True)
     if not wait or not queued.job_ids:
         return
-    watch_jobs(db, queued.job_ids)
+    watch_jobs(db, settings, queued.job_ids)
     _summary(f"re-evaluated {len(queued.job_ids)} submissions",
              [(b, a, "same verdict" if a == b else "verdict changed", n)
               for (b, a), n in reeval.verdict_transitions(db, queued.verdict_before).items()], console)

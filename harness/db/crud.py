@@ -190,6 +190,20 @@ def delete_submission(session: Session, submission_id: int) -> bool:
     return bool(n)
 
 
+def delete_unfinished(session: Session, batch: str) -> list[int]:
+    """Remove the submissions of a batch whose evaluation has not finished (queued, or held by a worker, whose
+    later writes then miss): a batch stopped by its owner leaves nothing queued. Returns their ids."""
+    _write(session)
+    ids = list(session.scalars(select(Job.submission_id).where(Job.batch == batch,
+                                                               Job.status.in_(UNFINISHED_STATUSES))))
+    if ids:
+        session.execute(delete(Result).where(Result.submission_id.in_(ids)))
+        session.execute(delete(Job).where(Job.submission_id.in_(ids)))
+        session.execute(delete(Submission).where(Submission.id.in_(ids)))
+    session.commit()
+    return ids
+
+
 # ---- results ---------------------------------------------------------------------------------------
 
 ERROR_FIGURES = ("max_abs_err", "err_vs_fp64", "ref_err_vs_fp64")
