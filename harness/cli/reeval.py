@@ -12,8 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.cli.common import aligned
 from harness.config import Settings
 from harness.db import queries
+from harness.db.models import UNFINISHED_STATUSES
 from harness.db.session import Database
 from harness.problems import UnknownProblem, find_problem, get_registry
 from harness.problems.spec import V01_TOLERANCE
@@ -77,6 +79,20 @@ def watch_jobs(db: Database, settings: Settings, job_ids: list[int]) -> None:
     except KeyboardInterrupt:
         typer.echo("stopped watching; the jobs stay queued", err=True)
         raise typer.Exit(130) from None
+
+
+def _requeue_preview(db: Database, f: queries.SubmissionFilter, shown: int = 200) -> None:
+    """Which submissions a requeue would queue, and which it would leave as they are (already queued or running)."""
+    with db.session() as s:
+        rows, total = queries.list_submissions(s, f, limit=shown, offset=0, with_text=False)
+        lines = aligned(["submission", "problem", "submitter", "model", "verdict now", "would be"],
+                        [[str(sub.id), sub.problem_id, sub.submitter, sub.model, sub.verdict or "-",
+                          "left as it is (already " + sub.status + ")" if sub.status in UNFINISHED_STATUSES
+                          else "queued again"] for sub, _res in reversed(rows)], right=frozenset({0}))
+    for line in lines if rows else []:
+        typer.echo(line)
+    more = f" (the {shown} newest listed)" if total > shown else ""
+    typer.echo(f"{total} submissions match{more}; dry run: nothing queued", err=True)
 
 
 def reeval_command(
@@ -147,9 +163,7 @@ def reeval_command(
         _regrade_report(summary, str(tolerance) if tolerance else "each problem's tolerance", False, console)
         return
     if dry_run:
-        with db.session() as s:
-            n = len(queries.submission_ids(s, f))
-        typer.echo(f"{n} submissions match; dry run: nothing queued", err=True)
+        _requeue_preview(db, f)
         return
     with db.session() as s:
         queued = reeval.requeue(s, settings, f)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from harness.cli.common import si
 from harness.cli.eval_dir import slot_choice
 from harness.config import Settings
 
@@ -141,3 +142,29 @@ def test_problems_show_says_which_problems_are_stochastic(tmp_path):
                               data_dir=tmp_path).stdout)["stochastic"] == ["Dropout"]
     plain = harness("problems", "show", "level2/94", data_dir=tmp_path)
     assert "stochastic" not in plain.stdout
+
+
+def test_problems_show_gives_small_sizes_in_a_unit_that_fits():
+    assert (si(17301504.0, "FLOP"), si(137573171200.0, "FLOP"), si(528384.0, "B"), si(512, "B")) == (
+        "17.3 MFLOP", "138 GFLOP", "528 kB", "512 B")
+
+
+def test_problems_show_prints_no_zero_flop_sizes(tmp_path):
+    show = harness("problems", "show", "level2/75", data_dir=tmp_path)
+    assert show.returncode == 0, show.stderr
+    assert "size small: 17.3 MFLOP, min traffic 528 kB" in show.stdout and "0.0 GFLOP" not in show.stdout
+
+
+def test_tokens_ls_columns_line_up_whatever_the_names(tmp_path):
+    for name in ("alice", "a-very-long-token-holder-name@example.com"):
+        assert harness("tokens", "create", "--name", name, data_dir=tmp_path).returncode == 0
+    assert harness("tokens", "revoke", "1", data_dir=tmp_path).returncode == 0
+    lines = harness("tokens", "ls", data_dir=tmp_path).stdout.splitlines()
+    assert len(lines) == 3
+    header = lines[0]
+    for row in lines[1:]:
+        for column in ("name", "admin", "created", "revoked"):  # each cell starts under its header
+            at = header.index(column)
+            assert row[at - 1] == " " and row[at] != " ", (column, row)
+        end = header.index("max queued") + len("max queued")  # a number column: right-aligned under it
+        assert row[end - 1] != " " and row[end] == " ", row
