@@ -137,6 +137,15 @@ def submission(submission_id: str, request: Request, session: SessionDep, settin
     return _render(request, "submission.html", page=page)
 
 
+@router.get("/favicon.ico")
+@router.get("/favicon.svg")
+def favicon() -> Response:
+    """The tab icon, from this server (the pages load nothing from elsewhere). Browsers ask for /favicon.ico
+    whatever the page names, and take an SVG served there by its media type."""
+    return Response((STATIC_DIR / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
+
+
 @router.get("/highlight.css")
 def highlight_css() -> Response:
     return PlainTextResponse(submission_page.highlight_css(), media_type="text/css",
