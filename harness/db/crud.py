@@ -339,12 +339,14 @@ def _cas(session: Session, job_id: int, claim_token: str, /, **values: Any) -> b
     return bool(n)
 
 
-def mark_running(session: Session, job_id: int, claim_token: str) -> bool:
+def mark_running(session: Session, job_id: int, claim_token: str, status: JobStatus = JobStatus.running) -> bool:
+    """The job is in a slot: `running`, or `compiling` while the slot builds the candidate itself (no compile
+    pool built it ahead). False when the job is no longer this claim's."""
     _write(session)
-    ok = _cas(session, job_id, claim_token, status=JobStatus.running.value)
+    ok = _cas(session, job_id, claim_token, status=status.value)
     if ok:
         session.execute(update(Submission).where(Submission.id == select(Job.submission_id).where(
-            Job.id == job_id).scalar_subquery()).values(status=JobStatus.running.value))
+            Job.id == job_id).scalar_subquery()).values(status=status.value))
     session.commit()
     return ok
 
