@@ -46,13 +46,18 @@ def test_eval_text_report_shows_verdict_and_exit_code_1_on_failure(tmp_path):
     assert "verdict:    shape_mismatch" in p.stdout and "(1, 256, 128, 1)" in p.stdout
 
 
-def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
-    level = tmp_path / "kb" / "level2"
+def small_level2_30(level: Path, batch: int = 64, features: int = 128) -> None:
+    """Problem level2/30 at a size the CPU evaluates in seconds, as an external KernelBench file in `level`."""
     level.mkdir(parents=True)
     builtin = REPO / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
-    small = builtin.read_text().replace("batch_size = 1024", "batch_size = 64").replace(
-        "in_features = 8192", "in_features = 128").replace("out_features = 8192", "out_features = 128")
+    small = builtin.read_text().replace("batch_size = 1024", f"batch_size = {batch}").replace(
+        "in_features = 8192", f"in_features = {features}").replace("out_features = 8192", f"out_features = {features}")
     (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
+
+
+def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
+    level = tmp_path / "kb" / "level2"
+    small_level2_30(level)
     (tmp_path / "work").mkdir()
     # Relative to the user's folder, which no child process runs in.
     p = harness("eval", "--problems-dir", "../kb/level2", "--problem", "level2/30", "--submission",
@@ -67,11 +72,7 @@ def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
 
 def test_eval_takes_a_problem_file_by_its_path(tmp_path):
     level = tmp_path / "myprob" / "level2"
-    level.mkdir(parents=True)
-    builtin = REPO / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
-    small = builtin.read_text().replace("batch_size = 1024", "batch_size = 16").replace(
-        "in_features = 8192", "in_features = 64").replace("out_features = 8192", "out_features = 64")
-    (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
+    small_level2_30(level, batch=16, features=64)
     p = harness("eval", "-p", "myprob/level2/30_Gemm_GroupNorm_Hardtanh.py", "-s",
                 str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--no-timing", "--json",
                 data_dir=tmp_path, cwd=tmp_path)
