@@ -202,15 +202,13 @@ def run_batch(db: Database, settings: Settings, worker: Worker | None, batch: st
                     "table so far")
     except KeyboardInterrupt:
         stopped = True
-    # A second Ctrl-C while the run is cleaned up would lose the table: it is ignored for those few moments.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if stopped else None
-    try:
-        if worker is not None and thread is not None:
-            if stopped:
-                worker.stop_grace_s = 0.0  # the evaluation in progress is not waited for: its children end with us
-            worker.stop()
-            thread.join()
-        return batch_mod.cancel_unfinished(db, batch) if stopped else None
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    if stopped:
+        # A second Ctrl-C while the run is cleaned up and its table printed would lose the table: from here to the
+        # exit that follows, it is ignored (a few seconds).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if worker is not None and thread is not None:
+        if stopped:
+            worker.stop_grace_s = 0.0  # the evaluation in progress is not waited for: its children end with us
+        worker.stop()
+        thread.join()
+    return batch_mod.cancel_unfinished(db, batch) if stopped else None
