@@ -57,12 +57,13 @@ def follow_jobs(db: Database, settings: Settings, job_ids: list[int], *,
                 on_done: Callable[[int], None] | None = None, interrupted: str = "") -> None:
     """A progress bar until the jobs are done; `on_done(done)` each time more of them are done. A job that takes long
     is said (which, in which state, for how long). Ctrl-C is the caller's (KeyboardInterrupt)."""
-    last = [-1]
+    last = -1
 
     def progressed(done: int, _total: int) -> None:
+        nonlocal last
         bar.update(task, completed=done)
-        if on_done is not None and done != last[0]:
-            last[0] = done
+        if on_done is not None and done != last:
+            last = done
             on_done(done)
 
     with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
