@@ -205,6 +205,8 @@ def stall_report(db: Database, job_ids: list[int], still_s: float, live_within_s
         lines.append(f"and {len(active) - 3} more jobs held by workers")
     if not live:
         lines.append(f"{waiting} jobs wait and no worker is running: start `harness serve` or `harness worker`")
+    elif active and waiting:
+        lines.append(f"{waiting} more wait their turn")
     elif not active:
         lines.append(f"{waiting} jobs wait; the {len(live)} live workers ({', '.join(live)}) hold none of them "
                      "(busy with other jobs, or serving another batch or device)")

@@ -162,3 +162,13 @@ def test_a_stalled_watcher_says_what_runs_and_asks_for_a_worker_only_when_none_i
     said = reeval.stall_report(svc_db, [job_id], 30, svc_settings.worker_silent_after_s)
     assert f"job {job_id} (submission {sub.id}, level2/31, level_2_problem_31_sample_0_kernel.py): running for" in said
     assert "on worker w1" in said and "no worker is running" not in said and "stopped reporting" not in said
+    assert "wait" not in said  # the only job is the one running
+    with svc_db.session() as s:
+        _, gone = crud.create_submission(s, crud.NewSubmission(
+            problem_id="level2/30", problem_version=1, text="y", text_kind="source", submitter="me", model="m",
+            tags=[], meta={}), token=None, queue_limit=None, max_attempts=1)
+        gone_id = gone.id
+        crud.claim_job(s, "w-gone", 60)  # a worker that never reported itself: not alive
+    said = reeval.stall_report(svc_db, [job_id, gone_id], 30, svc_settings.worker_silent_after_s)
+    assert f"job {gone_id} (submission" in said and "compiling for" in said
+    assert "on worker w-gone which has stopped reporting: the job goes back to the queue when its lease expires" in said
