@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from harness.problems import Registry, UnknownProblem
 
 log = logging.getLogger("harness.api")
 
@@ -73,6 +76,21 @@ class ProblemNotFound(Exception):
     def __init__(self, detail: str, suggestions: list[str]):
         self.detail = detail
         self.suggestions = suggestions
+
+
+_KERNELBENCH_ID = re.compile(r"^level\d+/\d+$", re.IGNORECASE)
+
+
+def unknown_problem_detail(e: UnknownProblem, registry: Registry) -> str:
+    """What an unknown problem's 404 says. A KernelBench id this server lacks is most often a problem of a KernelBench
+    folder the server was not started with: say which problems it serves, and how to serve such a folder."""
+    if not _KERNELBENCH_ID.match(e.name.strip()):
+        return str(e)
+    served = sorted(s.kernelbench_id or s.id for s in registry.all())
+    listed = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
+    return (f"{e}. This server serves {len(served)} problems ({listed}; GET /api/problems lists them). To evaluate "
+            "the problems of a KernelBench folder, start the server with `harness serve --problems-dir "
+            "<KernelBench>/KernelBench`")
 
 
 async def _problem_not_found(_request: Request, exc: ProblemNotFound) -> JSONResponse:

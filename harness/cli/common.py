@@ -8,6 +8,7 @@ import typer
 
 from harness.config import Settings, get_settings
 from harness.problems import Registry, UnknownProblem, get_registry
+from harness.problems import find_problem as find_in
 from harness.problems.spec import ProblemSpec
 from harness.service.devices import cuda_device_missing
 
@@ -24,8 +25,9 @@ def registry(problems_dir: Path | None) -> Registry:
 
 
 def find_problem(problems_dir: Path | None, problem: str) -> ProblemSpec:
+    """The problem -p names (an id, a KernelBench id, a stem or a file's path); exit 2 with near names if none."""
     try:
-        return registry(problems_dir).get(problem)
+        return find_in(registry(problems_dir), problem)
     except UnknownProblem as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -36,3 +38,19 @@ def require_cuda(settings: Settings, instead: str = "cpu or auto") -> None:
     why = cuda_device_missing(settings)
     if why is not None:
         raise typer.BadParameter(f"no CUDA device is visible ({why}); use --device {instead}", param_hint="--device")
+
+
+def aligned(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """A text table whose columns are as wide as their widest cell (a long name shifts no column after it); the
+    columns in `right` are aligned to the right."""
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            .rstrip() for r in [header, *rows]]
+
+
+def si(value: float, unit: str) -> str:
+    """A quantity with the SI prefix that fits it, to 3 significant digits: 17.3 MFLOP, not 0.0 GFLOP."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"

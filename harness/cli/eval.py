@@ -15,7 +15,8 @@ from harness.schema import EvalResult, Tolerance
 
 
 def eval_command(
-    problem: str = typer.Option(..., "--problem", "-p", help="Slug, KernelBench id (level2/75) or file stem."),
+    problem: str = typer.Option(..., "--problem", "-p", help="Slug, KernelBench id (level2/75), file "
+                                  "stem, or the path of a KernelBench-format problem file."),
     submission: Path = typer.Option(..., "--submission", "-s", exists=True, dir_okay=False,
                                     help="A Python file defining ModelNew, or a raw LLM reply holding one."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
@@ -37,6 +38,8 @@ def eval_command(
       harness eval --problem level2/75 --submission my_kernel.py
 
       harness eval -p gemm-groupnorm-hardtanh -s reply.txt --device cpu --size small --json
+
+      harness eval -p myprob/level1/1_Add.py -s my_kernel.py    # a problem file of your own
     """
     if device not in ("auto", "cpu", "cuda"):
         raise typer.BadParameter("use auto, cpu or cuda", param_hint="--device")

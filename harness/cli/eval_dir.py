@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import getpass
 import json
+import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from harness.cli.common import ProblemsDirOption, require_cuda
 from harness.cli.export import read_baseline_file
-from harness.cli.reeval import watch_jobs
+from harness.cli.reeval import follow_jobs
 from harness.config import Settings
 from harness.db.session import Database
 from harness.kernelbench_format import BaselineFile
@@ -22,6 +25,7 @@ from harness.service import batch as batch_mod
 from harness.service.devices import SlotError
 from harness.service.kernelbench import KernelBenchReport
 from harness.service.runtime import make_worker, settings_with, setup_logging
+from harness.service.worker import Worker
 
 
 def _fmt(x: float | None) -> str:
@@ -31,17 +35,15 @@ def _fmt(x: float | None) -> str:
 def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
     console.print(f"{rep.run}: {rep.model} ({rep.submitter})", soft_wrap=True)
     table = Table()
-    # Fixed columns keep their width; the message takes what the terminal has left.
-    for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10),
-                       ("flags", 5)):
+    for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10)):
         table.add_column(col, no_wrap=True, min_width=width)
-    table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=max(8, console.width - 84))
+    table.add_column("flags")  # wraps: the messages go below the table
     for p in rep.problems:
         for smp in p.samples:
             table.add_row(p.kernelbench_id or p.problem_id, str(smp.sample), smp.verdict or "-",
-                          _fmt(smp.speedup_vs_eager), _fmt(smp.speedup_vs_compile), flag_cell(smp.flags),
-                          smp.message or "")
+                          _fmt(smp.speedup_vs_eager), _fmt(smp.speedup_vs_compile), flag_cell(smp.flags))
     console.print(table)
+    render_messages(rep, console)
     for device, fp in rep.fast_p.items():
         label = {"cpu": "CPU results (small sizes; not comparable with GPU results)", "cuda": "GPU results"}.get(
             device, "no evaluation ran")
@@ -138,6 +140,27 @@ def attach_kernelbench(rep: batch_mod.EvalDirReport, db: Database, registry: Reg
         typer.echo(f"KernelBench eval results written to {path}", err=True)
 
 
+def unknown_warning(unknown: list[batch_mod.Generation], shown: int = 10) -> str:
+    """Names each file whose problem this harness does not know, with the problem it names."""
+    files = [f"{g.path.name} (unknown problem {g.kernelbench_id!r})" for g in unknown[:shown]]
+    more = f" and {len(unknown) - shown} more" if len(unknown) > shown else ""
+    return (f"warning: {len(unknown)} files are not evaluated, for problems this harness does not know: "
+            f"{', '.join(files)}{more}. Pass --problems-dir with a KernelBench folder that has them")
+
+
+def render_messages(rep: batch_mod.EvalDirReport, console: Console) -> None:
+    """The messages of the samples that did not pass, below the table and wrapped to the terminal: in a table
+    column an 80-column terminal or a pipe cut them to a few characters."""
+    failed = [(p.kernelbench_id or p.problem_id, smp) for p in rep.problems for smp in p.samples
+              if smp.verdict != "passed" and smp.message]
+    if not failed:
+        return
+    console.print("why the others did not pass:")
+    for problem, smp in failed:
+        # Plain text: a message quotes the submission's output, which must not be read as console markup.
+        console.print(Text(f"  {problem} sample {smp.sample} ({smp.verdict}): {smp.message}"))
+
+
 def slot_choice(device: str, gpus: str | None, settings: Settings) -> str:
     """The worker's --gpus value for `--device` and `--gpus` (kept as it was before --device existed)."""
     if device not in ("auto", "cpu", "cuda"):
@@ -168,13 +191,17 @@ def eval_dir_command(
     compile_workers: int = typer.Option(None, "--compile-workers", min=0),
     via_queue: bool = typer.Option(False, "--via-queue", help="Queue the jobs for the running service's workers "
                                    "instead of evaluating here (do so when `harness serve` uses these GPUs)."),
-    json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
+    json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here (written "
+                                  "again as each result comes)."),
     kernelbench_json: Path = typer.Option(None, "--kernelbench-json", dir_okay=False, help="Also write the results "
                                           "as KernelBench's eval_results.json here."),
     kernelbench_baseline: Path = typer.Option(None, "--kernelbench-baseline", exists=True, dir_okay=False,
                                               help="A KernelBench baseline-time file (results/timing/<hardware>/"
                                               "<baseline>.json) for KernelBench's metrics (default: the "
                                               "reference's vouched measurements here)."),
+    resume: bool = typer.Option(False, "--resume", help="Evaluate only the files without a finished result for the "
+                                "same source and model in the database (from an earlier run of the folder, stopped "
+                                "with Ctrl-C or not); the report shows those results beside the new ones."),
     problems_dir: Path = ProblemsDirOption,
     database_url: str = typer.Option(None, "--database-url"),
     log_level: str = typer.Option("warning", "--log-level"),
@@ -194,8 +221,13 @@ def eval_dir_command(
 
       harness eval-dir runs/my_run/ --device cpu        # no GPU: the problems' small sizes
 
+      harness eval-dir runs/my_run/ --resume            # after Ctrl-C: only what has no result yet
+
       harness eval-dir runs/my_run/ --kernelbench-json runs/my_run/eval_results.json \\
           --kernelbench-baseline KernelBench/results/timing/H100_Modal/baseline_time_torch.json
+
+    Ctrl-C stops the run: the table so far is printed (and the JSON written), and this run's unfinished
+    evaluations are taken out of the queue.
     """
     setup_logging(log_level)
     console = Console(stderr=False)
@@ -212,32 +244,67 @@ def eval_dir_command(
     submitter = submitter or getpass.getuser()
     known = [g for g in gens if g.spec is not None]
     if len(known) < len(gens):
-        typer.echo(f"warning: {len(gens) - len(known)} files are for problems this harness does not know "
-                   "(pass --problems-dir with a KernelBench folder); they are not evaluated", err=True)
+        typer.echo(unknown_warning([g for g in gens if g.spec is None]), err=True)
     db = Database(settings)
+    reused = batch_mod.finished_before(db, known, model=model) if resume else {}
+    if resume:
+        typer.echo(f"--resume: {len(reused)} files have a result for the same source already; "
+                   f"{len(known) - len(reused)} to evaluate", err=True)
+    to_run = [g for g in known if g.path not in reused]
     worker = None
-    if slots is not None and known:
+    if slots is not None and to_run:
         try:  # before anything is stored: a bad --gpus leaves no orphan jobs behind
             worker = make_worker(db, settings, registry, slots, compile_workers=compile_workers)
         except (SlotError, RuntimeError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-    batch, by_job = batch_mod.store(db, settings, gens, run=run, submitter=submitter, model=model)
+    batch, by_job = batch_mod.store(db, settings, to_run, run=run, submitter=submitter, model=model)
+
+    def snapshot() -> batch_mod.EvalDirReport:
+        return batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model,
+                                reused=list(reused.values()))
+
+    def save(_done: int = 0) -> None:
+        if json_out is not None:  # as each result comes: a run stopped or killed keeps what it had
+            batch_mod.write_report(json_out, snapshot())
+
+    stopped = run_batch(db, settings, worker, batch, list(by_job), save)
+    rep = snapshot()
+    attach_kernelbench(rep, db, registry, kb_baseline, kernelbench_json)
+    render(rep, console)
+    if json_out is not None:
+        batch_mod.write_report(json_out, rep)  # the last one with KernelBench's metrics
+        typer.echo(f"report written to {json_out}", err=True)
+    db.dispose()
+    if stopped is not None:
+        typer.echo(f"stopped (Ctrl-C): the table holds the results so far; {stopped} unfinished evaluations of this "
+                   "run were taken out of the queue. `harness eval-dir --resume` with the same folder and model "
+                   "evaluates only what has no result", err=True)
+        raise typer.Exit(130)
+
+
+def run_batch(db: Database, settings: Settings, worker: Worker | None, batch: str, job_ids: list[int],
+              on_result: Callable[[int], None]) -> int | None:
+    """Evaluate the batch's jobs (with the worker, or the service's when None) until all are done. On Ctrl-C: stop
+    the worker at once, take the batch's unfinished jobs out of the queue, and return how many (None: not stopped)."""
     thread = None
     if worker is not None:
         worker.batch = batch  # claims this run's jobs only
         thread = threading.Thread(target=worker.run, name="eval-dir-worker", daemon=True)
         thread.start()
+    stopped = False
     try:
-        watch_jobs(db, list(by_job))
-    finally:
-        if worker is not None and thread is not None:
-            worker.stop()
-            thread.join()
-    rep = batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model)
-    attach_kernelbench(rep, db, registry, kb_baseline, kernelbench_json)
-    render(rep, console)
-    if json_out is not None:
-        json_out.write_text(rep.model_dump_json(indent=2) + "\n")
-        typer.echo(f"report written to {json_out}", err=True)
-    db.dispose()
+        follow_jobs(db, settings, job_ids, on_done=on_result, interrupted=". Ctrl-C stops the run and prints the "
+                    "table so far")
+    except KeyboardInterrupt:
+        stopped = True
+    if stopped:
+        # A second Ctrl-C while the run is cleaned up and its table printed would lose the table: from here to the
+        # exit that follows, it is ignored (a few seconds).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if worker is not None and thread is not None:
+        if stopped:
+            worker.stop_grace_s = 0.0  # the evaluation in progress is not waited for: its children end with us
+        worker.stop()
+        thread.join()
+    return batch_mod.cancel_unfinished(db, batch) if stopped else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from harness.cli.common import ProblemsDirOption, find_problem, registry
+from harness.cli.common import ProblemsDirOption, find_problem, registry, si
 from harness.problems.spec import module_constants
 
 app = typer.Typer(help="List and inspect problems.", no_args_is_help=True)
@@ -31,7 +31,8 @@ def list_problems(problems_dir: Path | None = ProblemsDirOption,
 
 
 @app.command("show")
-def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (level2/75) or file stem."),
+def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (level2/75), file stem "
+                                                        "or the path of a problem file."),
                  problems_dir: Path | None = ProblemsDirOption,
                  source: bool = typer.Option(False, "--source", help="Print the reference source too."),
                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -56,8 +57,8 @@ def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (
     typer.echo("  constants:   " + ", ".join(f"{k}={v}" for k, v in module_constants(spec.source()).items()))
     for name, variant in spec.sizes.items():
         extra = f"  overrides {variant.overrides}" if variant.overrides else ""
-        flops = f"{variant.flops / 1e9:.1f} GFLOP" if variant.flops else "FLOPs unknown"
-        nbytes = f"{variant.min_bytes / 1e6:.1f} MB" if variant.min_bytes else "bytes unknown"
+        flops = si(variant.flops, "FLOP") if variant.flops else "FLOPs unknown"
+        nbytes = si(variant.min_bytes, "B") if variant.min_bytes else "bytes unknown"
         typer.echo(f"  size {name}: {flops}, min traffic {nbytes}{extra}")
     if source:
         typer.echo("")

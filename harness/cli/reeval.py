@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -11,9 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.cli.common import aligned
+from harness.config import Settings
 from harness.db import queries
+from harness.db.models import UNFINISHED_STATUSES
 from harness.db.session import Database
-from harness.problems import UnknownProblem, get_registry
+from harness.problems import UnknownProblem, find_problem, get_registry
 from harness.problems.spec import V01_TOLERANCE
 from harness.service import reeval
 from harness.service.runtime import settings_with, setup_logging
@@ -49,23 +53,52 @@ def _regrade_report(summary: reeval.RegradeSummary, under: str, undo: bool, cons
     _summary(title, [(b, a, o.value, n) for (b, a, o), n in summary.transitions.items()], console, summary.dry_run)
 
 
-def watch_jobs(db: Database, job_ids: list[int]) -> None:
-    """A progress bar until the jobs are done; Ctrl-C stops watching (exit 130), the jobs stay queued."""
+def follow_jobs(db: Database, settings: Settings, job_ids: list[int], *,
+                on_done: Callable[[int], None] | None = None, interrupted: str = "") -> None:
+    """A progress bar until the jobs are done; `on_done(done)` each time more of them are done. A job that takes long
+    is said (which, in which state, for how long). Ctrl-C is the caller's (KeyboardInterrupt)."""
+    last = -1
+
+    def progressed(done: int, _total: int) -> None:
+        nonlocal last
+        bar.update(task, completed=done)
+        if on_done is not None and done != last:
+            last = done
+            on_done(done)
+
+    with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("jobs", total=len(job_ids))
+        reeval.wait_for_jobs(db, job_ids, progress=progressed, stalled=lambda secs: bar.console.print(
+            reeval.stall_report(db, job_ids, secs, settings.worker_silent_after_s) + interrupted, soft_wrap=True))
+
+
+def watch_jobs(db: Database, settings: Settings, job_ids: list[int]) -> None:
+    """`follow_jobs`; Ctrl-C stops watching (exit 130), the jobs stay queued."""
     try:
-        with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True)) as bar:
-            task = bar.add_task("jobs", total=len(job_ids))
-            reeval.wait_for_jobs(db, job_ids, progress=lambda done, _t: bar.update(task, completed=done),
-                                 stalled=lambda secs: bar.console.print(
-                                     f"no job has moved for {secs:.0f} s: is a worker running (`harness serve` or "
-                                     "`harness worker`)? Ctrl-C stops watching; the jobs stay queued"))
+        follow_jobs(db, settings, job_ids, interrupted=". Ctrl-C stops watching; the jobs stay queued")
     except KeyboardInterrupt:
         typer.echo("stopped watching; the jobs stay queued", err=True)
         raise typer.Exit(130) from None
 
 
+def _requeue_preview(db: Database, f: queries.SubmissionFilter, shown: int = 200) -> None:
+    """Which submissions a requeue would queue, and which it would leave as they are (already queued or running)."""
+    with db.session() as s:
+        rows, total = queries.list_submissions(s, f, limit=shown, offset=0, with_text=False)
+        lines = aligned(["submission", "problem", "submitter", "model", "verdict now", "would be"],
+                        [[str(sub.id), sub.problem_id, sub.submitter, sub.model, sub.verdict or "-",
+                          "left as it is (already " + sub.status + ")" if sub.status in UNFINISHED_STATUSES
+                          else "queued again"] for sub, _res in reversed(rows)], right=frozenset({0}))
+    for line in lines if rows else []:
+        typer.echo(line)
+    more = f" (the {shown} newest listed)" if total > shown else ""
+    typer.echo(f"{total} submissions match{more}; dry run: nothing queued", err=True)
+
+
 def reeval_command(
-    problem: str = typer.Option(None, "--problem", "-p", help="Only this problem (slug or KernelBench id)."),
+    problem: str = typer.Option(None, "--problem", "-p", help="Only this problem (slug, KernelBench id or "
+                                 "the path of its file)."),
     verdict: Verdict = typer.Option(None, "--verdict", help="Only submissions whose current verdict is this."),
     since: datetime = typer.Option(None, "--since", help="Only submissions made at or after this UTC date/time."),
     regrade_only: bool = typer.Option(False, "--regrade-only", help="Grade the stored figures again (no GPU, no "
@@ -106,7 +139,7 @@ def reeval_command(
     problem_id = None
     if problem is not None:
         try:
-            problem_id = registry.get(problem).id
+            problem_id = find_problem(registry, problem).id
         except UnknownProblem as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
@@ -131,9 +164,7 @@ def reeval_command(
         _regrade_report(summary, str(tolerance) if tolerance else "each problem's tolerance", False, console)
         return
     if dry_run:
-        with db.session() as s:
-            n = len(queries.submission_ids(s, f))
-        typer.echo(f"{n} submissions match; dry run: nothing queued", err=True)
+        _requeue_preview(db, f)
         return
     with db.session() as s:
         queued = reeval.requeue(s, settings, f)
@@ -141,7 +172,7 @@ def reeval_command(
                + (f", {queued.already_queued} already queued or running" if queued.already_queued else ""), err=True)
     if not wait or not queued.job_ids:
         return
-    watch_jobs(db, queued.job_ids)
+    watch_jobs(db, settings, queued.job_ids)
     _summary(f"re-evaluated {len(queued.job_ids)} submissions",
              [(b, a, "same verdict" if a == b else "verdict changed", n)
               for (b, a), n in reeval.verdict_transitions(db, queued.verdict_before).items()], console)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from harness.cli.common import aligned
 from harness.db import crud, queries
 from harness.db.session import Database
 from harness.service.runtime import settings_with
@@ -38,10 +39,11 @@ def list_tokens(database_url: str = DatabaseUrlOption) -> None:
     db = Database(settings_with(database_url=database_url))
     with db.session() as s:
         tokens = queries.list_tokens(s)
-    typer.echo(f"{'id':>4}  {'name':<24} {'admin':<6} {'max queued':<10} {'created':<20} revoked")
-    for t in tokens:
-        typer.echo(f"{t.id:>4}  {t.name:<24} {'yes' if t.is_admin else 'no':<6} {t.max_queued or '-'!s:<10} "
-                   f"{t.created_at:%Y-%m-%d %H:%M:%S}  {f'{t.revoked_at:%Y-%m-%d %H:%M:%S}' if t.revoked_at else '-'}")
+    rows = [[str(t.id), t.name, "yes" if t.is_admin else "no", str(t.max_queued or "-"),
+             f"{t.created_at:%Y-%m-%d %H:%M:%S}", f"{t.revoked_at:%Y-%m-%d %H:%M:%S}" if t.revoked_at else "-"]
+            for t in tokens]
+    for line in aligned(["id", "name", "admin", "max queued", "created", "revoked"], rows, right=frozenset({0, 3})):
+        typer.echo(line)
 
 
 @app.command("revoke")

@@ -190,6 +190,20 @@ def delete_submission(session: Session, submission_id: int) -> bool:
     return bool(n)
 
 
+def delete_unfinished(session: Session, batch: str) -> list[int]:
+    """Remove the submissions of a batch whose evaluation has not finished (queued, or held by a worker, whose
+    later writes then miss): a batch stopped by its owner leaves nothing queued. Returns their ids."""
+    _write(session)
+    ids = list(session.scalars(select(Job.submission_id).where(Job.batch == batch,
+                                                               Job.status.in_(UNFINISHED_STATUSES))))
+    if ids:
+        session.execute(delete(Result).where(Result.submission_id.in_(ids)))
+        session.execute(delete(Job).where(Job.submission_id.in_(ids)))
+        session.execute(delete(Submission).where(Submission.id.in_(ids)))
+    session.commit()
+    return ids
+
+
 # ---- results ---------------------------------------------------------------------------------------
 
 ERROR_FIGURES = ("max_abs_err", "err_vs_fp64", "ref_err_vs_fp64")
@@ -325,12 +339,14 @@ def _cas(session: Session, job_id: int, claim_token: str, /, **values: Any) -> b
     return bool(n)
 
 
-def mark_running(session: Session, job_id: int, claim_token: str) -> bool:
+def mark_running(session: Session, job_id: int, claim_token: str, status: JobStatus = JobStatus.running) -> bool:
+    """The job is in a slot: `running`, or `compiling` while the slot builds the candidate itself (no compile
+    pool built it ahead). False when the job is no longer this claim's."""
     _write(session)
-    ok = _cas(session, job_id, claim_token, status=JobStatus.running.value)
+    ok = _cas(session, job_id, claim_token, status=status.value)
     if ok:
         session.execute(update(Submission).where(Submission.id == select(Job.submission_id).where(
-            Job.id == job_id).scalar_subquery()).values(status=JobStatus.running.value))
+            Job.id == job_id).scalar_subquery()).values(status=status.value))
     session.commit()
     return ok
 

@@ -13,8 +13,9 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session, defer
 
 from harness.db.crud import db_now, hash_token
-from harness.db.models import UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow
+from harness.db.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow
 from harness.reporting import reference_vouched
+from harness.verdicts import Verdict
 
 
 def find_token(session: Session, secret: str) -> Token | None:
@@ -245,4 +246,28 @@ def batch_results(session: Session, batch: str) -> Sequence[tuple[Submission, Re
     q = (select(Submission, Result).join(Job, Job.submission_id == Submission.id)
          .outerjoin(Result, Result.id == Submission.current_result_id)
          .where(Job.batch == batch).order_by(Submission.id))
+    return session.execute(q).all()
+
+
+def active_jobs(session: Session, job_ids: Sequence[int]) -> Sequence[tuple[Job, Submission]]:
+    """The jobs among these that a worker holds (compiling or running), oldest claim first, with their submissions."""
+    q = (select(Job, Submission).join(Submission, Submission.id == Job.submission_id)
+         .where(Job.id.in_(job_ids), Job.status.in_(ACTIVE_STATUSES)).order_by(Job.claimed_at, Job.id))
+    return session.execute(q).all()
+
+
+def finished_like(session: Session, problem_id: str, text: str, model: str) -> Sequence[Submission]:
+    """Submissions of this problem, text and model whose evaluation finished with a result that is not the
+    harness's fault (infra_error): what `eval-dir --resume` need not evaluate again. Newest first."""
+    q = (select(Submission).where(Submission.problem_id == problem_id, Submission.model == model,
+                                  Submission.text == text, Submission.status == JobStatus.done.value,
+                                  Submission.current_result_id.is_not(None),
+                                  Submission.verdict != Verdict.infra_error.value)
+         .order_by(Submission.id.desc()))
+    return session.scalars(q).all()
+
+
+def submissions_with_results(session: Session, ids: Sequence[int]) -> Sequence[tuple[Submission, Result | None]]:
+    q = (select(Submission, Result).outerjoin(Result, Result.id == Submission.current_result_id)
+         .where(Submission.id.in_(ids)).order_by(Submission.id))
     return session.execute(q).all()

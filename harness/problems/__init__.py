@@ -1,6 +1,13 @@
 """Problem specs: KernelBench-format model files plus the metadata the harness needs."""
 
-from harness.problems.registry import Registry, UnknownProblem, get_registry, load_kernelbench_dir
+from harness.problems.registry import (
+    Registry,
+    UnknownProblem,
+    find_problem,
+    get_registry,
+    load_kernelbench_dir,
+    load_problem_file,
+)
 from harness.problems.spec import DEFAULT_TOLERANCE, V01_TOLERANCE, ProblemSpec, SizeVariant
 
 __all__ = [
@@ -10,6 +17,8 @@ __all__ = [
     "Registry",
     "SizeVariant",
     "UnknownProblem",
+    "find_problem",
     "get_registry",
     "load_kernelbench_dir",
+    "load_problem_file",
 ]

@@ -15,11 +15,11 @@ _LEVEL_DIR = re.compile(r"^level(\d+)$")
 
 
 class UnknownProblem(KeyError):
-    def __init__(self, name: str, suggestions: list[str]):
+    def __init__(self, name: str, suggestions: list[str], why: str = ""):
         self.name = name
         self.suggestions = suggestions
         hint = f"; did you mean: {', '.join(suggestions)}" if suggestions else ""
-        super().__init__(f"unknown problem {name!r}{hint}")
+        super().__init__(f"unknown problem {name!r}{f' ({why})' if why else ''}{hint}")
 
     def __str__(self) -> str:
         return self.args[0]
@@ -49,15 +49,26 @@ def load_kernelbench_dir(path: Path) -> list[ProblemSpec]:
             if not m:
                 continue
             kb_id = f"{folder.name}/{int(m.group(1))}"
-            try:
-                arg_names = model_init_arg_names(file.read_text())
-            except SyntaxError:
-                arg_names = []
-            specs.append(
-                ProblemSpec(id=kb_id, kernelbench_id=kb_id, name=file.stem, source_path=file,
-                            init_arg_names=arg_names)
-            )
+            specs.append(_spec_of_file(file, kb_id, kb_id))
     return specs
+
+
+def _spec_of_file(file: Path, problem_id: str, kernelbench_id: str | None) -> ProblemSpec:
+    try:
+        arg_names = model_init_arg_names(file.read_text())
+    except SyntaxError:
+        arg_names = []
+    return ProblemSpec(id=problem_id, kernelbench_id=kernelbench_id, name=file.stem, source_path=file,
+                       init_arg_names=arg_names)
+
+
+def load_problem_file(path: Path) -> ProblemSpec:
+    """One KernelBench-format problem file given by its path. `level1/1_Add.py` gets the id `level1/1` (its
+    KernelBench id), as from its folder; any other file is known by its stem."""
+    file = Path(path).expanduser().resolve()
+    m = _KB_FILE.match(file.name)
+    kb_id = f"{file.parent.name}/{int(m.group(1))}" if m and _LEVEL_DIR.match(file.parent.name) else None
+    return _spec_of_file(file, kb_id or file.stem, kb_id)
 
 
 class Registry:
@@ -106,3 +117,18 @@ def get_registry(problems_dir: Path | None = None) -> Registry:
         for spec in load_kernelbench_dir(problems_dir):
             registry.add(spec)
     return registry
+
+
+def find_problem(registry: Registry, name: str) -> ProblemSpec:
+    """A problem by id, KernelBench id or stem, or by the path of its file (`-p myprob/level1/1_Add.py`).
+
+    For the command line only: a server never reads a path its client names (the API uses `Registry.get`)."""
+    try:
+        return registry.get(name)
+    except UnknownProblem:
+        if not name.strip().endswith(".py"):
+            raise
+    file = Path(name.strip()).expanduser()
+    if not file.is_file():
+        raise UnknownProblem(name, [], f"no such file: {file.resolve()}")
+    return load_problem_file(file)

@@ -23,6 +23,7 @@ import secrets
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -127,6 +128,9 @@ class EvalOptions:
     target: Provenance | None = None
     # A slot's warm trusted process, kept between its evaluations (see warm.py); None: one for this evaluation.
     trusted_pool: TrustedPool | None = None
+    # Called once the candidate is built (imported and constructed: its load_inline builds are done), so that a
+    # worker can show the job as compiling until then. Nothing of the evaluation depends on it.
+    built: Callable[[], None] | None = None
 
 
 def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
@@ -409,6 +413,8 @@ class _Evaluation:
         self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
         self.phases.end("candidate_construct")
+        if self.options.built is not None:
+            self.options.built()
         self.trusted.wait("parameters_written", final=False)
         self.phases.end("reference_parameters")
         reply = self.candidate.request(LoadParameters(), self.run_limit, Phase.compile)

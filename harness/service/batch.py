@@ -6,6 +6,7 @@ stored as a submission in one batch, so the results land in the database like an
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections import defaultdict
@@ -74,8 +75,7 @@ def store(db: Database, settings: Settings, gens: list[Generation], *, run: str,
         for g in gens:
             if g.spec is None:
                 continue
-            # Replace undecodable bytes rather than refuse: the text is still stored and judged.
-            text = g.path.read_bytes().decode("utf-8", errors="replace")
+            text = read_generation(g)
             new = crud.NewSubmission(problem_id=g.spec.id, problem_version=g.spec.version, text=text,
                                      text_kind="source", submitter=submitter, model=model,
                                      tags=["eval-dir", run], meta={"file": g.path.name, "sample": g.sample, "run": run})
@@ -83,6 +83,41 @@ def store(db: Database, settings: Settings, gens: list[Generation], *, run: str,
                                             reason="eval-dir", batch=batch)
             by_job[job.id] = g
     return batch, by_job
+
+
+def read_generation(g: Generation) -> str:
+    # Replace undecodable bytes rather than refuse: the text is still stored and judged.
+    return g.path.read_bytes().decode("utf-8", errors="replace")
+
+
+def finished_before(db: Database, gens: list[Generation], *, model: str) -> dict[Path, int]:
+    """The generations of which an earlier run of this file (stopped or not) has a finished result for the same source,
+    problem and model: `--resume` reports those results instead of evaluating them again. A result that is the
+    harness's fault (infra_error) does not count. By file: the submission whose result stands for it."""
+    found: dict[Path, int] = {}
+    with db.session() as s:
+        for g in gens:
+            if g.spec is None:
+                continue
+            same = queries.finished_like(s, g.spec.id, read_generation(g), model)
+            mine = [sub.id for sub in same if (sub.meta or {}).get("file") == g.path.name]
+            if mine:
+                found[g.path] = mine[0]
+    return found
+
+
+def cancel_unfinished(db: Database, batch: str) -> int:
+    """Remove the batch's submissions that have no result yet (queued, or held by a worker): a stopped run leaves
+    nothing in the queue. `--resume` evaluates them next time. Returns how many."""
+    with db.session() as s:
+        return len(crud.delete_unfinished(s, batch))
+
+
+def write_report(path: Path, rep: EvalDirReport) -> None:
+    """Replace the JSON report at once: a reader, or a run stopped while it writes, never sees half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(rep.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 class SampleResult(BaseModel):
@@ -125,9 +160,10 @@ class EvalDirReport(BaseModel):
 
 
 def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder: Path, submitter: str,
-           model: str) -> EvalDirReport:
+           model: str, reused: list[int] | None = None) -> EvalDirReport:
+    """The run's report: the batch's submissions, and those of earlier runs that `--resume` reused."""
     with db.session() as s:
-        rows = queries.batch_results(s, batch)
+        rows = [*queries.batch_results(s, batch), *queries.submissions_with_results(s, reused or [])]
     by_problem: dict[str, list[SampleResult]] = defaultdict(list)
     kb_ids: dict[str, str | None] = {}
     results = []

@@ -184,6 +184,35 @@ def wait_for_jobs(db: Database, job_ids: list[int], *, poll_s: float = 1.0, prog
         time.sleep(poll_s)
 
 
+def stall_report(db: Database, job_ids: list[int], still_s: float, live_within_s: float) -> str:
+    """What a watcher says when none of its jobs has moved for `still_s`: which of them a worker holds, in which state
+    and for how long; only where no worker is alive, that none runs."""
+    with db.session() as s:
+        active = queries.active_jobs(s, job_ids)
+        live = {w.id: w for w in queries.live_workers(s, live_within_s)}
+        now = crud.db_now(s)
+        waiting = queries.job_counts(s, job_ids=job_ids)[JobStatus.queued.value]
+    lines = []
+    for job, sub in active[:3]:
+        file = (sub.meta or {}).get("file")
+        held_s = (now - job.claimed_at).total_seconds() if job.claimed_at else 0.0
+        line = (f"job {job.id} (submission {sub.id}, {sub.problem_id}{f', {file}' if file else ''}): {job.status} "
+                f"for {held_s:.0f} s on worker {job.worker_id}")
+        if job.worker_id not in live:
+            line += (" which has stopped reporting: the job goes back to the queue when its lease expires")
+        lines.append(line)
+    if len(active) > 3:
+        lines.append(f"and {len(active) - 3} more jobs held by workers")
+    if not live:
+        lines.append(f"{waiting} jobs wait and no worker is running: start `harness serve` or `harness worker`")
+    elif active and waiting:
+        lines.append(f"{waiting} more wait their turn")
+    elif not active:
+        lines.append(f"{waiting} jobs wait; the {len(live)} live workers ({', '.join(live)}) hold none of them "
+                     "(busy with other jobs, or serving another batch or device)")
+    return f"nothing finished for {still_s:.0f} s: " + "; ".join(lines)
+
+
 def verdict_transitions(db: Database, before: dict[int, str]) -> Counter[tuple[str, str]]:
     """(verdict before, verdict now) over the given jobs' submissions."""
     out: Counter[tuple[str, str]] = Counter()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from harness import artifacts
 from harness.config import Settings
 from harness.db import crud, queries
-from harness.db.models import Job, ResultOrigin, Submission
+from harness.db.models import Job, JobStatus, ResultOrigin, Submission
 from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
@@ -82,6 +82,7 @@ class _Held:
     spec: ProblemSpec
     lost: bool = False  # the lease went to another worker: the result will be discarded
     started: bool = False  # handed to a slot
+    precompiled: bool = False  # the compile pool built it for every target: its evaluation builds nothing
 
 
 def _problem_of(h: _Held) -> tuple[str, int]:
@@ -322,16 +323,20 @@ class Worker:
             if self._stop.is_set() or h.lost:
                 self._ready_q.put(h)  # the slot loop (or shutdown) decides its fate
                 continue
+            built = bool(self._targets())
             for target in self._targets():
                 try:
                     r = self.precompile_fn(h.claim.text, target, self.settings, timeout_s=h.spec.compile_timeout_s)
                 except Exception:
                     # The outcome decides nothing: the evaluation compiles whatever is missing.
                     log.exception("precompiling job %d failed", h.claim.job_id)
+                    built = False
                     continue
+                built = built and r.ok
                 self.stats.precompiled += 1
                 log.info("job %d precompiled for %s in %.1f s (%s)", h.claim.job_id,
                          target.compute_capability or target.device, r.seconds, "ok" if r.ok else "did not build")
+            h.precompiled = built
             self._ready_q.put(h)
 
     # ---- evaluation slots ----------------------------------------------------------------------------
@@ -425,9 +430,12 @@ class Worker:
             finally:
                 self._forget(h)
             return False
+        # On the CPU (no compile pool) the slot builds the candidate itself: the job shows as compiling until then.
+        builds_here = not h.precompiled and any(m in claim.text for m in _BUILD_MARKERS)
         try:
             with self.db.session() as s:
-                ok = crud.mark_running(s, claim.job_id, claim.claim_token)
+                ok = crud.mark_running(s, claim.job_id, claim.claim_token,
+                                       JobStatus.compiling if builds_here else JobStatus.running)
         except Exception:
             log.exception("job %d: could not mark it running; its lease will expire", claim.job_id)
             self._forget(h)
@@ -442,6 +450,8 @@ class Worker:
         error = ""
         try:
             options = self._options(slot, pool)
+            if builds_here:
+                options.built = lambda: self._built(claim)
             result = self.evaluate_fn(h.spec, claim.text, options, self.settings)
         except Exception as e:
             error = f"the worker failed while evaluating: {type(e).__name__}: {e}"
@@ -459,6 +469,14 @@ class Worker:
         finally:
             self._forget(h)
         return (result.verdict if result is not None else None) in _GPU_FAULTS
+
+    def _built(self, claim: crud.ClaimedJob) -> None:
+        """The slot has built the candidate: the job is running now (a display only: a failure here changes nothing)."""
+        try:
+            with self.db.session() as s:
+                crud.mark_running(s, claim.job_id, claim.claim_token)
+        except Exception:
+            log.exception("job %d: could not mark it running after its build", claim.job_id)
 
     def _complete(self, claim: crud.ClaimedJob, result: EvalResult, origin: ResultOrigin) -> None:
         try:

@@ -290,3 +290,60 @@ def test_a_queued_submission_with_no_worker_running_says_so(client, db):
         crud.register_worker(s, "host:1:a", hostname="host", pid=1, slots=["cpu"])
     html = client.get(f"/submissions/{sub.id}").text
     assert "No worker is running" not in html and "until the verdict is in" in html
+
+
+def test_cpu_results_are_not_said_to_be_timed_on_a_gpu(client, db):
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0, device="cpu", compile_ms=None))
+    lead = client.get("/").text.split('<p class="lead">', 1)[1].split("</p>", 1)[0]
+    assert "timed on the same CPU" in lead and "GPU" not in lead
+    seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0))
+    assert "timed on the same GPU" in client.get("/?device=cuda").text
+
+
+def test_the_pass_rate_says_what_it_leaves_out(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0))
+    seed(db, eval_result(static_error="no code", device=None))  # never ran: not in the rate
+    page = client.get("/").text
+    row = page.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
+    assert "100%" in row and "1 of 1" in row
+    defined = page.split('id="pass-rate-defined">', 1)[1].split("</p>", 1)[0]
+    assert "evaluated on the GPU" in defined and "never ran" in defined and "invalid" in defined
+
+
+def test_problem_results_link_each_submission_by_its_id(client, db):
+    sub = seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0))
+    page = client.get("/problems/level2/75").text
+    row = page.split(f'<tr data-id="{sub}"', 1)[1].split("</tr>", 1)[0]
+    assert f'<a href="/submissions/{sub}">#{sub}</a>' in row
+    assert 'data-sort="id"' in page  # the column sorts by id
+
+
+def test_favicon_is_served_from_here(client):
+    for path in ("/favicon.ico", "/favicon.svg"):
+        r = client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+        assert r.text.startswith("<svg") and "href" not in r.text  # it loads nothing from elsewhere
+    assert '<link rel="icon" href="/favicon.svg"' in client.get("/").text
+
+
+def test_every_table_scrolls_in_its_own_box_and_logs_wrap_on_a_phone(client, db):
+    """Issue 33: at 390 px the tables and the 'why this verdict' log were cut off. Every data table sits in a box
+    that scrolls sideways by itself, and logs wrap their lines instead of running past the screen's edge."""
+    sub = seed(db, eval_result(compiler_error="error: " + "x" * 300, log_tail="nvcc " + "y" * 300))
+    passed = seed(db, eval_result())
+    pages = [client.get(p).text for p in ("/", "/problems/level2/75?verdict=all", f"/submissions/{sub}",
+                                          f"/submissions/{passed}")]
+    for html, has_tables in zip(pages, (True, True, False, True), strict=True):
+        tables = re.findall(r'<table [^>]*class="data"', html)
+        assert bool(tables) == has_tables
+        assert len(re.findall(r'<div class="table-wrap">\s*<table [^>]*class="data"', html)) == len(tables)
+    assert "why this verdict" in pages[2]
+    css = re.sub(r"/\*.*?\*/", "", client.get("/static/style.css").text, flags=re.DOTALL)
+    rules = {m.group(1).strip(): m.group(2) for m in re.finditer(r"([^{}]+)\{([^{}]*)\}", css)}
+    assert "overflow-x: auto" in rules[".table-wrap"]
+    assert "white-space: pre-wrap" in rules["details.log pre"] and "overflow-wrap: anywhere" in rules[
+        "details.log pre"]
+    phone = {m.group(1).strip(): m.group(2) for m in re.finditer(r"([^{}]+)\{([^{}]*)\}",
+                                                                 css.split("@media (max-width: 720px) {", 1)[1])}
+    # Headers wrap between words on a phone, the numeric ones too (`table.data .num` keeps them on one line otherwise).
+    assert "white-space: normal" in phone["table.data thead th, table.data thead th.num"]

@@ -118,6 +118,17 @@ def test_an_unknown_problem_is_404_with_did_you_mean(client, tokens):
     assert "gemm-groupnorm-min-biasadd (level2/75)" in r.json()["suggestions"]
 
 
+def test_an_unknown_kernelbench_id_says_what_the_server_serves_and_how_to_serve_a_folder(client, tokens):
+    r = client.post("/api/submissions", json=body(problem="level1/1"), headers=Tokens.header(tokens.user))
+    detail = r.json()["detail"]
+    assert r.status_code == 404 and "unknown problem 'level1/1'" in detail
+    assert "This server serves 6 problems (level2/30, level2/37" in detail
+    assert "harness serve --problems-dir" in detail
+    assert "--problems-dir" in client.get("/api/problems/level1/1").json()["detail"]
+    r = client.post("/api/submissions", json=body(problem="gemm_gn"), headers=Tokens.header(tokens.user))
+    assert "--problems-dir" not in r.json()["detail"]  # a typo of a slug: the suggestions say enough
+
+
 def test_an_oversized_body_is_413_whether_or_not_it_says_its_length(client, db, tokens):
     h = {**Tokens.header(tokens.user), "content-type": "application/json"}
     big = json.dumps(body(source="#" * 1_000_001)).encode()

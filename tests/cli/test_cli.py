@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from harness.cli.common import si
 from harness.cli.eval_dir import slot_choice
 from harness.config import Settings
 
@@ -45,13 +46,18 @@ def test_eval_text_report_shows_verdict_and_exit_code_1_on_failure(tmp_path):
     assert "verdict:    shape_mismatch" in p.stdout and "(1, 256, 128, 1)" in p.stdout
 
 
-def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
-    level = tmp_path / "kb" / "level2"
+def small_level2_30(level: Path, batch: int = 64, features: int = 128) -> None:
+    """Problem level2/30 at a size the CPU evaluates in seconds, as an external KernelBench file in `level`."""
     level.mkdir(parents=True)
     builtin = REPO / "harness/problems/kernelbench/level2/30_Gemm_GroupNorm_Hardtanh.py"
-    small = builtin.read_text().replace("batch_size = 1024", "batch_size = 64").replace(
-        "in_features = 8192", "in_features = 128").replace("out_features = 8192", "out_features = 128")
+    small = builtin.read_text().replace("batch_size = 1024", f"batch_size = {batch}").replace(
+        "in_features = 8192", f"in_features = {features}").replace("out_features = 8192", f"out_features = {features}")
     (level / "30_Gemm_GroupNorm_Hardtanh.py").write_text(small)
+
+
+def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
+    level = tmp_path / "kb" / "level2"
+    small_level2_30(level)
     (tmp_path / "work").mkdir()
     # Relative to the user's folder, which no child process runs in.
     p = harness("eval", "--problems-dir", "../kb/level2", "--problem", "level2/30", "--submission",
@@ -62,6 +68,21 @@ def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
     assert result["verdict"] == "passed", result["message"]
     assert result["problem"]["source"] == str(level.resolve() / "30_Gemm_GroupNorm_Hardtanh.py")
     assert result["problem"]["size"] == "default"  # an external problem has no small size
+
+
+def test_eval_takes_a_problem_file_by_its_path(tmp_path):
+    level = tmp_path / "myprob" / "level2"
+    small_level2_30(level, batch=16, features=64)
+    p = harness("eval", "-p", "myprob/level2/30_Gemm_GroupNorm_Hardtanh.py", "-s",
+                str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu", "--no-timing", "--json",
+                data_dir=tmp_path, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["verdict"] == "passed", result["message"]
+    assert result["problem"]["source"] == str(level.resolve() / "30_Gemm_GroupNorm_Hardtanh.py")
+    p = harness("eval", "-p", "myprob/level2/31_Nothing.py", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"),
+                data_dir=tmp_path, cwd=tmp_path)
+    assert p.returncode == 2 and "no such file" in p.stderr
 
 
 def test_unknown_problem_exits_2_with_a_suggestion(tmp_path):
@@ -122,3 +143,29 @@ def test_problems_show_says_which_problems_are_stochastic(tmp_path):
                               data_dir=tmp_path).stdout)["stochastic"] == ["Dropout"]
     plain = harness("problems", "show", "level2/94", data_dir=tmp_path)
     assert "stochastic" not in plain.stdout
+
+
+def test_problems_show_gives_small_sizes_in_a_unit_that_fits():
+    assert (si(17301504.0, "FLOP"), si(137573171200.0, "FLOP"), si(528384.0, "B"), si(512, "B")) == (
+        "17.3 MFLOP", "138 GFLOP", "528 kB", "512 B")
+
+
+def test_problems_show_prints_no_zero_flop_sizes(tmp_path):
+    show = harness("problems", "show", "level2/75", data_dir=tmp_path)
+    assert show.returncode == 0, show.stderr
+    assert "size small: 17.3 MFLOP, min traffic 528 kB" in show.stdout and "0.0 GFLOP" not in show.stdout
+
+
+def test_tokens_ls_columns_line_up_whatever_the_names(tmp_path):
+    for name in ("alice", "a-very-long-token-holder-name@example.com"):
+        assert harness("tokens", "create", "--name", name, data_dir=tmp_path).returncode == 0
+    assert harness("tokens", "revoke", "1", data_dir=tmp_path).returncode == 0
+    lines = harness("tokens", "ls", data_dir=tmp_path).stdout.splitlines()
+    assert len(lines) == 3
+    header = lines[0]
+    for row in lines[1:]:
+        for column in ("name", "admin", "created", "revoked"):  # each cell starts under its header
+            at = header.index(column)
+            assert row[at - 1] == " " and row[at] != " ", (column, row)
+        end = header.index("max queued") + len("max queued")  # a number column: right-aligned under it
+        assert row[end - 1] != " " and row[end] == " ", row

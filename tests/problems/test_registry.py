@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.problems import UnknownProblem, get_registry, load_kernelbench_dir
+from harness.problems import UnknownProblem, find_problem, get_registry, load_kernelbench_dir
 from harness.problems.spec import module_constants
 
 
@@ -84,3 +84,22 @@ def test_a_folder_given_as_a_relative_path_yields_absolute_problem_files(tmp_pat
     monkeypatch.chdir(tmp_path)
     (spec,) = load_kernelbench_dir(Path("level2"))
     assert spec.source_path.is_absolute() and spec.source_path == tmp_path / "level2" / "7_Foo.py"
+
+
+def test_a_problem_file_given_by_path_is_found_with_its_kernelbench_id(tmp_path, monkeypatch):
+    level = tmp_path / "myprob" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_Add.py").write_text("import torch\nclass Model(torch.nn.Module):\n    def __init__(self, n):\n"
+                                    "        super().__init__()\n")
+    (tmp_path / "plain.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    reg = get_registry()
+    spec = find_problem(reg, "myprob/level1/1_Add.py")  # relative, as a user types it
+    assert (spec.id, spec.kernelbench_id, spec.source_path) == ("level1/1", "level1/1", (level / "1_Add.py"))
+    assert spec.init_arg_names == ["n"]
+    assert find_problem(reg, "plain.py").id == "plain"  # outside a levelN folder: known by its stem
+    assert find_problem(reg, "level2/75") is reg.get("level2/75")
+    with pytest.raises(UnknownProblem, match="no such file"):
+        find_problem(reg, "myprob/level1/2_Sub.py")
+    with pytest.raises(UnknownProblem):  # the registry itself (what the API asks) never reads a path
+        reg.get("myprob/level1/1_Add.py")

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
+import signal
 import subprocess
+import time
 
+from rich.console import Console
 from sqlalchemy import func, select
 
+from harness.cli import eval_dir
 from harness.cli.eval_dir import flag_cell
-from harness.db.models import Submission
+from harness.db import crud
+from harness.db.models import Job, Submission
+from harness.service import batch, reeval
 from harness.verdicts import UNRANKED_CHECKS
 
 from ..conftest import SUBMISSIONS
@@ -30,6 +37,7 @@ def test_eval_dir_evaluates_stores_and_reports_fast_p(svc_db, svc_settings, tmp_
                        env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "fast_p over 2 problems, CPU results" in p.stdout and "level_2_problem_40_sample_0_kernel.py" in p.stdout
+    assert "level_2_problem_40_sample_0_kernel.py (unknown problem 'level2/40')" in p.stderr
 
     rep = json.loads(out.read_text())
     assert rep["run"] == "my_run" and rep["model"] == "llm-x" and rep["thresholds"] == [0, 0.5, 0.8, 1, 1.5, 2]
@@ -119,3 +127,103 @@ def test_the_table_shows_each_results_flags_beside_its_speedup():
     render(rep, console)
     row = next(line for line in console.export_text().splitlines() if "18.247x" in line)
     assert "unreliable time" in row
+
+
+def _wait_for(cond, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _count(db, *where) -> int:
+    with db.session() as s:  # a session per look: one transaction would see one snapshot
+        return s.scalar(select(func.count(Job.id)).where(*where))
+
+
+def _verdicts(path) -> dict[str, str | None]:
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {s["file"]: s["verdict"] for p in rep["problems"] for s in p["samples"]}
+
+
+def test_ctrl_c_keeps_the_results_so_far_and_resume_evaluates_only_the_rest(svc_db, svc_settings, tmp_path):
+    run = tmp_path / "runs" / "stopped"
+    run.mkdir(parents=True)
+    quick, hung = run / "level_2_problem_30_sample_0_kernel.py", run / "level_2_problem_75_sample_0_kernel.py"
+    quick.write_text("Sorry, I cannot help with that.")
+    hung.write_text("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x\n\n\nwhile True:  # never finishes importing\n    time.sleep(1)\n")
+    out = tmp_path / "report.json"
+    env = service_env(svc_settings, COLUMNS="200")
+    proc = subprocess.Popen(harness_cmd("eval-dir", str(run), "--device", "cpu", "--model", "m", "--json", str(out)),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The JSON is written as results come, before the run ends.
+        _wait_for(lambda: _verdicts(out).get(quick.name) == "invalid_submission", 120, "the first result in the JSON")
+        _wait_for(lambda: _count(svc_db, Job.status == "running") == 1, 60, "the hung file's evaluation")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "level2/30" in stdout and "invalid_submission" in stdout and "level2/75" not in stdout
+    assert "1 unfinished evaluations of this run were taken out of the queue" in stderr
+    assert _verdicts(out) == {quick.name: "invalid_submission"}
+    with svc_db.session() as s:  # nothing left queued or held
+        assert s.scalar(select(func.count(Job.id)).where(Job.status != "done")) == 0
+        assert s.scalar(select(func.count(Submission.id))) == 1
+
+    hung.write_text((SUBMISSIONS / "l75_pytorch_correct.py").read_text())
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cpu", "--model", "m", "--json", str(out),
+                                   "--resume"), env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "--resume: 1 files have a result for the same source already; 1 to evaluate" in p.stderr
+    assert _verdicts(out) == {quick.name: "invalid_submission", hung.name: "passed"}
+    with svc_db.session() as s:
+        assert s.scalar(select(func.count(Submission.id))) == 2  # the first file was not stored again
+
+
+def test_failure_messages_are_printed_whole_on_an_80_column_terminal():
+    message = ("trial 0: output 0 differs from the reference at 1024 of 4096 elements (max abs error 3.2e-01 at "
+               "index (0, 17); tolerance atol 1e-4, rtol 1e-4)")
+    rep = batch.EvalDirReport(
+        run="r", folder="f", batch="b", submitter="me", model="m", thresholds=[0, 1], fast_p_basis="", not_evaluated=[],
+        fast_p={}, problems=[batch.ProblemResult(problem_id="p", kernelbench_id="level2/30", samples=[
+            batch.SampleResult(sample=0, file="x.py", submission_id=7, verdict="wrong_answer", message=message,
+                               device="cpu", speedup_vs_eager=None, speedup_vs_compile=None)])])
+    console = Console(file=io.StringIO(), width=80)
+    eval_dir.render(rep, console)
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert " ".join(text.split()).count(message) == 1  # all of it, wrapped
+
+
+def test_a_stalled_watcher_says_what_runs_and_asks_for_a_worker_only_when_none_is_alive(svc_db, svc_settings):
+    with svc_db.session() as s:
+        sub, job = crud.create_submission(s, crud.NewSubmission(
+            problem_id="level2/31", problem_version=1, text="x", text_kind="source", submitter="me", model="m",
+            tags=[], meta={"file": "level_2_problem_31_sample_0_kernel.py"}), token=None, queue_limit=None,
+            max_attempts=1)
+        job_id = job.id
+    said = reeval.stall_report(svc_db, [job_id], 30, svc_settings.worker_silent_after_s)
+    assert "1 jobs wait and no worker is running: start `harness serve` or `harness worker`" in said
+    with svc_db.session() as s:
+        crud.register_worker(s, "w1", hostname="h", pid=1, slots=["cpu"])
+        claim = crud.claim_job(s, "w1", 60)
+        crud.mark_running(s, claim.job_id, claim.claim_token)
+    said = reeval.stall_report(svc_db, [job_id], 30, svc_settings.worker_silent_after_s)
+    assert f"job {job_id} (submission {sub.id}, level2/31, level_2_problem_31_sample_0_kernel.py): running for" in said
+    assert "on worker w1" in said and "no worker is running" not in said and "stopped reporting" not in said
+    assert "wait" not in said  # the only job is the one running
+    with svc_db.session() as s:
+        _, gone = crud.create_submission(s, crud.NewSubmission(
+            problem_id="level2/30", problem_version=1, text="y", text_kind="source", submitter="me", model="m",
+            tags=[], meta={}), token=None, queue_limit=None, max_attempts=1)
+        gone_id = gone.id
+        crud.claim_job(s, "w-gone", 60)  # a worker that never reported itself: not alive
+    said = reeval.stall_report(svc_db, [job_id, gone_id], 30, svc_settings.worker_silent_after_s)
+    assert f"job {gone_id} (submission" in said and "compiling for" in said
+    assert "on worker w-gone which has stopped reporting: the job goes back to the queue when its lease expires" in said

@@ -102,3 +102,24 @@ def test_requeue_puts_matching_submissions_back_in_the_queue_below_new_ones(svc_
         assert s.get(Submission, old).status == "queued"
     again = reeval(svc_settings, "--verdict", "wrong_answer", "--no-wait")
     assert "0 queued, 1 already queued or running" in again.stderr
+
+
+def test_requeue_dry_run_lists_which_submissions_it_would_queue(svc_db, svc_settings):
+    wrong = seed(svc_db, eval_result(max_rel_err=1.0), submitter="bob", model="llm-b")
+    queued = seed(svc_db, eval_result(max_rel_err=1.0), submitter="carol")
+    seed(svc_db, eval_result())  # passed: not matched
+    assert reeval(svc_settings, "--verdict", "wrong_answer", "--no-wait", "--problem", "level2/75").returncode == 0
+    seed(svc_db, eval_result(max_rel_err=1.0))
+    with svc_db.session() as s:  # of the two first, only `queued` still waits: the other was evaluated since
+        s.query(Job).filter(Job.submission_id == wrong, Job.status == "queued").delete()
+        s.query(Submission).filter(Submission.id == wrong).update({"status": "done"})
+        s.commit()
+    p = reeval(svc_settings, "--verdict", "wrong_answer", "--dry-run")
+    assert p.returncode == 0, p.stderr
+    assert "3 submissions match; dry run: nothing queued" in p.stderr
+    lines = {line.split()[0]: line for line in p.stdout.splitlines()[1:]}
+    assert set(lines) == {str(wrong), str(queued), str(queued + 2)}
+    assert "bob" in lines[str(wrong)] and "llm-b" in lines[str(wrong)] and "queued again" in lines[str(wrong)]
+    assert "left as it is (already queued)" in lines[str(queued)]
+    with svc_db.session() as s:
+        assert s.query(Job).filter(Job.status == "queued").count() == 1  # the dry run queued nothing

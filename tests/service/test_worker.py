@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from harness.db import crud, queries
 from harness.db.models import Job, Result
 from harness.problems import get_registry
+from harness.sandbox import runner
 from harness.sandbox.runner import PrecompileResult
 from harness.schema import EvalResult, Provenance
 from harness.service.devices import Slot
@@ -241,3 +242,48 @@ def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc
     assert [r.observations.candidate_ahead for r in results] == [False, True, True, True]
     assert min(r.observations.candidate_import_s or 99.0 for r in results[1:]) < 1.0, \
         [r.observations.candidate_import_s for r in results]
+
+
+def test_on_the_cpu_a_job_shows_compiling_until_its_slot_has_built_the_candidate(svc_db, svc_settings):
+    """Issue 33: with no compile pool (the CPU's default) a slot builds the candidate inside its evaluation, and the job
+    went from claimed straight to running: 'compiling' never showed. Now it shows until the build is done."""
+    source = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    builds, plain = submit(svc_db, "# built with load_inline\n" + source), submit(svc_db, source)
+    seen: dict[int, list[tuple[str, str]]] = {}
+
+    def status(job_id: int) -> tuple[str, str]:
+        with svc_db.session() as s:
+            job = queries.get_job(s, job_id)
+            return job.status, queries.get_submission(s, job.submission_id).status
+
+    def evaluate(spec, text, options, settings):
+        job_id = builds if text.startswith("# built") else plain
+        seen[job_id] = [status(job_id)]
+        if options.built is not None:
+            tell = options.built
+
+            def built():
+                tell()
+                seen[job_id].append(status(job_id))
+
+            options.built = built
+        return runner.evaluate(spec, text, options, settings)
+
+    worker = run_worker(svc_db, svc_settings, evaluate_fn=evaluate)
+    assert worker.stats.verdicts == {"passed": 2}
+    assert seen[builds] == [("compiling", "compiling"), ("running", "running")]  # built() came from the evaluation
+    assert seen[plain] == [("running", "running")]  # nothing to build
+
+
+def test_a_job_the_compile_pool_built_runs_at_once_in_its_slot(svc_db, svc_settings):
+    job_id = submit(svc_db, LOAD_INLINE)
+    seen = []
+
+    def evaluate(spec, text, options, settings):
+        with svc_db.session() as s:
+            seen.append((queries.get_job(s, job_id).status, options.built))
+        return eval_result()
+
+    run_worker(svc_db, svc_settings, compile_workers=1, evaluate_fn=evaluate,
+               precompile_fn=lambda *a, **k: PrecompileResult(True, 0.0, ""))
+    assert seen == [("running", None)]

@@ -248,3 +248,32 @@ def test_titles_and_reference_flags_break_between_words_on_a_phone(browser, seed
         pg.locator("#provenance").screenshot(path=str(artifacts_dir() / "provenance-phone.png"))
     finally:
         context.close()
+
+
+TABLE_BOXES_JS = """ws => ws.map(w => ({right: w.getBoundingClientRect().right, overflow: getComputedStyle(w).overflowX,
+  table: w.querySelector('table').scrollWidth, box: w.clientWidth, id: w.querySelector('table').id}))"""
+
+
+def test_tables_scroll_in_their_own_box_and_the_verdicts_log_wraps_on_a_phone(browser, seeded_server):
+    """Issue 33: at 390 px the home and problem tables and the submission page's 'why this verdict' log were cut off."""
+    context = browser.new_context(**PHONE)
+    try:
+        pg = context.new_page()
+        for path in ("/", "/problems/level2/75?verdict=all", f"/submissions/{seeded_server.best_75_id}"):
+            pg.goto(seeded_server.base + path)
+            width = pg.evaluate("window.innerWidth")
+            tables = pg.locator(".table-wrap").evaluate_all(TABLE_BOXES_JS)
+            assert tables, path
+            for t in tables:  # each box stays on the screen and scrolls sideways itself when its table is wider
+                assert t["right"] <= width + 1 and t["overflow"] == "auto", (path, t)
+            if path == "/":  # the problems table fits: its headers and names wrap
+                (home,) = tables
+                assert home["table"] <= home["box"] + 1, home
+        pg.goto(f"{seeded_server.base}/submissions/{seeded_server.compile_error_id}")
+        logs = pg.locator("details.log[open] pre")
+        assert logs.count() >= 1 and "why this verdict" in pg.locator("details.log summary").first.inner_text()
+        for i in range(logs.count()):  # wrapped: nothing of it lies past the box's right edge
+            assert logs.nth(i).evaluate("p => p.scrollWidth <= p.clientWidth + 1"), logs.nth(i).inner_text()[:200]
+        shot(pg, "submission-log-phone")
+    finally:
+        context.close()

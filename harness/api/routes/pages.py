@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from harness import __version__
 from harness.api import pages, submission_page
 from harness.api.deps import RegistryDep, SessionDep, SettingsDep
+from harness.api.errors import unknown_problem_detail
 from harness.db import queries
 from harness.problems import UnknownProblem
 from harness.schema import Tolerance
@@ -113,7 +114,7 @@ def problem(problem: str, request: Request, session: SessionDep, registry: Regis
     except UnknownProblem as e:
         # A suggestion reads "<id> (<kernelbench id>)": the id is its first word.
         links = [(s, f"/problems/{s.split(' ', 1)[0]}") for s in e.suggestions]
-        raise PageNotFound("Unknown problem", f"There is no problem {problem!r}.", links) from None
+        raise PageNotFound("Unknown problem", unknown_problem_detail(e, registry), links) from None
     key, desc = _sorting(sort, order, pages.PROBLEM_SORTS, "rank")
     # Passing results by default: the leaderboard; "all" shows every verdict.
     wanted = None if verdict == "all" else verdict or "passed"
@@ -134,6 +135,15 @@ def submission(submission_id: str, request: Request, session: SessionDep, settin
         tolerance = None
     page = submission_page.submission_page(session, sub, settings, tolerance)
     return _render(request, "submission.html", page=page)
+
+
+@router.get("/favicon.ico")
+@router.get("/favicon.svg")
+def favicon() -> Response:
+    """The tab icon, from this server (the pages load nothing from elsewhere). Browsers ask for /favicon.ico
+    whatever the page names, and take an SVG served there by its media type."""
+    return Response((STATIC_DIR / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
 
 
 @router.get("/highlight.css")

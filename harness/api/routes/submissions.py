@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from harness.api.deps import AdminDep, RegistryDep, SessionDep, SettingsDep, WriterDep
-from harness.api.errors import ProblemNotFound
+from harness.api.errors import ProblemNotFound, unknown_problem_detail
 from harness.api.schemas import (
     ErrorBody,
     Page,
@@ -37,7 +37,7 @@ def find_problem(registry: Registry, name: str) -> ProblemSpec:
     try:
         return registry.get(name)
     except UnknownProblem as e:
-        raise ProblemNotFound(str(e), e.suggestions) from None
+        raise ProblemNotFound(unknown_problem_detail(e, registry), e.suggestions) from None
 
 
 def problem_filter(registry: Registry, name: str | None) -> str | None:
