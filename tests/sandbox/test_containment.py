@@ -368,6 +368,18 @@ def test_filling_the_disk_is_stopped_at_the_childs_share(registry, jail_settings
     assert scratch is not None and not list(scratch.glob("kh-eval-*")), "the scratch dir was not cleaned"
 
 
+def test_making_empty_files_without_end_is_stopped_at_the_childs_share_of_inodes(registry, jail_settings):
+    """Empty files take inodes, not bytes: 200,000 of them are 800 MB at the 4 KiB a file the byte count charges,
+    and two million fit in the default 8 GiB share. The watcher counts files and dirs too: past the child's share of
+    them (5,000 here) it is killed, and the verdict says why. Its twin makes 300, as many as an honest build."""
+    tight = jail_settings.model_copy(update={"child_disk_files": 5000, "child_disk_mb": 8192})
+    r = _run(registry, tight, "inode_fill.py", files=200_000)
+    assert r.verdict == Verdict.crashed, r.message
+    assert "over its share of inodes" in r.message, r.message
+    assert "more than 5000 files and dirs" in (r.observations.log_tail or "") + r.message
+    _assert_contained(_run(registry, tight, "inode_fill.py", files=300))
+
+
 def test_opening_files_without_end_hits_the_open_files_limit(registry, jail_settings):
     r = _run(registry, jail_settings, "open_files.py")
     assert r.verdict == Verdict.runtime_error, r.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import tracemalloc
 import zipfile
 
 import pytest
@@ -140,8 +141,15 @@ def test_an_output_that_is_not_a_dense_strided_plain_tensor_is_a_shape_mismatch(
 def test_a_pickle_of_millions_of_small_objects_is_refused_before_it_is_unpickled(judge):
     """Two million small objects would take the judge's memory as Python objects (and minutes of the pure-Python
     weights-only unpickler); the archive's table of contents says how large its pickle is first."""
-    figures = judge(_saved([0] * 2_000_000))
+    bomb = _saved([[i] for i in range(2_000_000)])
+    tracemalloc.start()
+    try:
+        figures = judge(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert "its pickle has" in figures["file_error"] and _verdict(figures).verdict == Verdict.runtime_error
+    assert peak < len(bomb) + (16 << 20), peak  # unpickled, the lists took about 200 MB
 
 
 def test_an_archive_with_compressed_or_too_many_records_is_refused(judge):
