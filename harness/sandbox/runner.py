@@ -626,7 +626,7 @@ class _Evaluation:
             atol=self.tolerance.atol, rtol=self.tolerance.rtol, defer=defer).model_dump(mode="json"),
             "handover_checked")
         self._trusted_seconds("handover", checked)
-        check.reported += sum(path.exists() for path in files)
+        check.reported += sum(os.path.lexists(path) for path in files)  # never raises, whatever the candidate made
         artifacts.remove_files(self.cand_home / "outputs")
         numbers = [window * calls + j for j in picks]
         if defer:

@@ -406,13 +406,16 @@ class Trusted:
                     found[kind][k] = fig
 
     def _read(self, path: Path) -> bytes | dict[str, Any]:
-        """An output file's bytes, or the judge's figures saying why there are none to judge."""
-        if not path.exists() and not path.is_symlink():
-            return {"structure_error": "the candidate saved no output for this call"}
+        """An output file's bytes, or the judge's figures saying why there are none to judge (the candidate owns the
+        dir: one it made unreadable is its fault, never the judge's)."""
         try:
             return untrusted.read_untrusted(path, self.max_output_file)
+        except FileNotFoundError:
+            return {"structure_error": "the candidate saved no output for this call"}
         except untrusted.UntrustedFile as e:
             return {"file_error": str(e)}
+        except OSError as e:
+            return {"file_error": f"{path.name} cannot be read ({e.strerror})"}
 
     def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
         data = self._read(path)
@@ -475,13 +478,13 @@ class Trusted:
         if not shapes or any((o.get("got_shape"), o.get("got_dtype")) != want
                              for o, want in zip(trial0["outputs"], shapes, strict=True)):
             return None
-        if not (first.exists() and second.exists()):
-            return None
         try:
             la = _as_list(untrusted.load_outputs(untrusted.read_untrusted(first, self.max_output_file), len(shapes),
                                                  self.device.type))
             lb = _as_list(untrusted.load_outputs(untrusted.read_untrusted(second, self.max_output_file), len(shapes),
                                                  self.device.type))
+        except FileNotFoundError:
+            return None
         except (OSError, untrusted.UntrustedFile, untrusted.BadOutput):
             return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
         if la is None or lb is None or len(la) != len(shapes) or len(lb) != len(shapes) or not all(

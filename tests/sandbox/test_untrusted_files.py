@@ -170,3 +170,14 @@ def test_an_archive_with_compressed_or_too_many_records_is_refused(judge):
 def test_a_description_the_candidate_saved_is_shown_bounded(judge):
     figures = judge(_saved("<" + "x" * 50_000 + ">"))
     assert len(figures["structure_error"]) < 300
+
+
+def test_an_output_the_judge_cannot_open_is_the_submissions_and_a_missing_one_says_so(tmp_path):
+    """The candidate owns its outputs dir: a dir in a file's place, or an unreadable dir on the way, is a file_error
+    of the submission's; a file it never saved is a structure error, as before."""
+    side = Trusted()
+    (tmp_path / "out_0.pt").mkdir()
+    assert "out_0.pt" in side._read(tmp_path / "out_0.pt")["file_error"]
+    (tmp_path / "plain").write_text("x")
+    assert "file_error" in side._read(tmp_path / "plain" / "out_0.pt")  # a file where a dir should be: ENOTDIR
+    assert side._read(tmp_path / "none.pt") == {"structure_error": "the candidate saved no output for this call"}
