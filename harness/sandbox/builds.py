@@ -81,10 +81,23 @@ def _remove(name: str, dir_fd: int) -> None:
     """Remove an entry of a dir opened as `dir_fd`, a dir included, never following a link."""
     with contextlib.suppress(FileNotFoundError):
         st = os.lstat(name, dir_fd=dir_fd)
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=dir_fd)
-        else:
+        if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=dir_fd)
+            return
+        try:
+            shutil.rmtree(name, dir_fd=dir_fd)
+        except PermissionError:  # without a sandbox uid, a dir the candidate made unreadable is the harness's own:
+            _open_up(name, dir_fd)  # opened up, then removed (else every later use of the build dir would fail)
+            shutil.rmtree(name, dir_fd=dir_fd)
+
+
+def _open_up(name: str, dir_fd: int) -> None:
+    """Give the owner back every right on a tree of its own, top down, before it is walked."""
+    os.chmod(name, 0o700, dir_fd=dir_fd)
+    for _, dirs, _, fd in os.fwalk(name, dir_fd=dir_fd):
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(d, 0o700, dir_fd=fd)
 
 
 def _take_dir(name: str, dir_fd: int | None) -> int:

@@ -4,7 +4,11 @@ load_inline leaves it, and what a submission writes beside it."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from harness import artifacts
 from harness.sandbox import builds
@@ -99,3 +103,31 @@ def test_a_fifo_beside_the_build_is_removed_without_being_opened(tmp_path):
     os.mkfifo(ext / "main.o")  # named by build.ninja, but no regular file: no output of a build
     manifest = builds.seal(top)
     assert "main.o" not in manifest["kh_ext"] and not (top / "pipe").exists() and not (ext / "main.o").exists()
+
+
+def test_a_dir_made_unreadable_beside_the_build_is_removed_where_the_harness_has_the_candidates_uid():
+    """Without a sandbox uid the candidate is the harness's own uid and can make a dir beside its build that its owner
+    cannot list (mode 000): it is opened up and removed, where it would otherwise fail every later use of the build
+    dir. Run as an unprivileged uid, the dirs its own, as such a harness would."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another uid")
+    top = Path(tempfile.mkdtemp(prefix="kh-builds-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        key = top / "key"
+        _built(key)
+        (key / "kh_ext" / "hidden" / "deeper").mkdir(parents=True)
+        (key / "kh_ext" / "hidden" / "deeper" / "f").write_text("x")
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                os.chown(name, 65534, 65534)
+        (key / "kh_ext" / "hidden" / "deeper").chmod(0)
+        (key / "kh_ext" / "hidden").chmod(0)
+        os.seteuid(65534)
+        try:
+            builds.seal(key)
+            assert set(os.listdir(key / "kh_ext")) == OUTPUTS
+        finally:
+            os.seteuid(0)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
