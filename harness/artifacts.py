@@ -51,6 +51,16 @@ def build_dir(settings: Settings, key: str) -> Path:
     return path
 
 
+# A build dir's lock file, in the dir (`exclusive_build_dir`).
+BUILD_LOCK = ".harness.lock"
+
+
+def build_manifest(path: Path) -> Path:
+    """Where the record of what a build dir keeps lies (sandbox/builds.py): beside the dir, where the candidate that
+    builds in it cannot write."""
+    return path.parent / f".{path.name}.manifest.json"
+
+
 @contextlib.contextmanager
 def exclusive_build_dir(path: Path, wait: bool = True) -> Iterator[None]:
     """Hold a build dir alone while a candidate compiles into it (with `wait` False, BlockingIOError at once where
@@ -61,7 +71,7 @@ def exclusive_build_dir(path: Path, wait: bool = True) -> Iterator[None]:
     next build wait forever; while we hold this lock no build runs there, so such files are stale.
     """
     path.mkdir(parents=True, exist_ok=True)  # pruning may have removed it since build_dir()
-    with open(path / ".harness.lock", "w") as lock:
+    with open(path / BUILD_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.utime(path)  # last use, for prune_build_cache
         for stale in path.glob("*/lock"):
@@ -87,9 +97,11 @@ def prune_build_cache(settings: Settings, max_bytes: int) -> list[Path]:
         if total <= max_bytes:
             break
         try:
-            with open(d / ".harness.lock", "a") as lock:
+            with open(d / BUILD_LOCK, "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 shutil.rmtree(d, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    build_manifest(d).unlink()
         except OSError:
             continue  # in use
         total -= sizes[d]

@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     child_cpu_s: int = Field(default=7200, ge=0, description="CPU seconds per child process (RLIMIT_CPU); 0: none.")
     child_disk_mb: int = Field(default=8192, ge=0, description="Disk a child may fill in its home and build dir; "
                                "the parent kills it beyond; 0: no limit.")
+    child_disk_files: int = Field(default=100_000, ge=0, description="Files and dirs a child may make in its home "
+                                  "and build dir (an empty file takes an inode, which child_disk_mb does not bound); "
+                                  "the parent kills it beyond; 0: no limit.")
     min_free_disk_mb: int = Field(default=1024, ge=0, description="A worker evaluates nothing while the data or "
                                   "scratch disk has less free space (infra_error, retried).")
 

@@ -111,23 +111,33 @@ class UncountedDir(Exception):
     """A directory under a child's writable dirs that the parent cannot list: what lies there is out of its count."""
 
 
-def tree_bytes(paths: list[Path]) -> int:
-    """What the files and dirs under `paths` hold, each counted at its largest reading: its length, the blocks the
-    filesystem reports (a compressing one, ZFS's, reports a few KiB for 8 MiB of one byte, and its dirty data only
-    at the next sync), and at least one 4 KiB block (an empty file still takes an inode). A dir that vanishes while
-    it is walked counts nothing; one that cannot be read raises `UncountedDir`: the count must not fail open."""
+def tree_usage(paths: list[Path], most_entries: int | None = None) -> tuple[int, int]:
+    """What the files and dirs under `paths` hold, and how many they are. Each is counted at its largest reading: its
+    length, the blocks the filesystem reports (a compressing one, ZFS's, reports a few KiB for 8 MiB of one byte, and
+    its dirty data only at the next sync), and at least one 4 KiB block. An empty file takes an inode all the same,
+    which bytes do not bound (two million of them fit in 8 GiB at 4 KiB each): the count of entries is the second
+    figure, and the walk stops once it passes `most_entries`. A dir that vanishes while it is walked counts nothing;
+    one that cannot be read raises `UncountedDir`: the count must not fail open."""
     def unreadable(e: OSError) -> None:
         if not isinstance(e, FileNotFoundError):
             raise UncountedDir(f"{e.filename}: {e.strerror}") from e
 
-    total = 0
+    total = entries = 0
     for p in paths:
         for dirpath, dirnames, filenames in os.walk(p, onerror=unreadable):
             for name in dirnames + filenames:
                 with contextlib.suppress(FileNotFoundError):
                     st = os.lstat(os.path.join(dirpath, name))
                     total += max(st.st_size, st.st_blocks * 512, 4096)
-    return total
+                    entries += 1
+                if most_entries is not None and entries > most_entries:
+                    return total, entries
+    return total, entries
+
+
+def tree_bytes(paths: list[Path]) -> int:
+    """The bytes of `tree_usage`."""
+    return tree_usage(paths)[0]
 
 
 def _traversable_by_others(path: Path) -> Path | None:
@@ -176,6 +186,10 @@ class Jail:
     @property
     def disk_limit_bytes(self) -> int | None:
         return self.settings.child_disk_mb * 2**20 if self.settings.child_disk_mb else None
+
+    @property
+    def disk_limit_files(self) -> int | None:
+        return self.settings.child_disk_files or None
 
     def processes(self) -> list[int]:
         """Every process the child runs now, one that left its process group too: its cgroups' (one file each),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from harness.sandbox.limits import Jail, SandboxError, UncountedDir, tree_bytes
+from harness.sandbox.limits import Jail, SandboxError, UncountedDir, tree_usage
 from harness.sandbox.protocol import MAX_MESSAGE_BYTES
 
 _EOF = object()
@@ -78,6 +78,7 @@ class ChildProcess:
         self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
         # Its share of disk: the settings' own, plus what the harness asks it to keep (`allow_disk`).
         self.disk_limit = jail.disk_limit_bytes if jail is not None else None
+        self.file_limit = jail.disk_limit_files if jail is not None else None  # files and dirs: inodes
         if jail is not None:
             jail.setup()  # SandboxError: the harness's failure
         read_fd, write_fd = os.pipe()
@@ -121,7 +122,7 @@ class ChildProcess:
         self.paused = False
         self._stopped: list[int] = []
         self._watch_stop = threading.Event()
-        if jail is not None and self.disk_limit and jail.writable:
+        if jail is not None and (self.disk_limit or self.file_limit) and jail.writable:
             threading.Thread(target=self._watch_disk, args=(jail.writable,), daemon=True, name="disk-watch").start()
 
     def pause(self) -> None:
@@ -171,17 +172,21 @@ class ChildProcess:
     def count_disk_at_end(self) -> str | None:
         """Count its disk once more, the process ended (or stopped): a child can go over its share and be done
         before the watcher's next count. What it is over by, else None."""
-        if self.disk_limit and self.jail is not None and self.jail.writable:
+        if (self.disk_limit or self.file_limit) and self.jail is not None and self.jail.writable:
             return self._disk_excess(self.jail.writable)
         return None
 
     def _disk_excess(self, paths: list[Path]) -> str | None:
+        """What the child's dirs are over its share by, in bytes or in files and dirs (inodes), else None."""
         try:
-            used = tree_bytes(paths)
+            used, entries = tree_usage(paths, most_entries=self.file_limit)
         except UncountedDir as e:  # it made a dir unreadable to the parent (one not root): count it as over
             return f"disk: the child hid a dir from the parent's count of its disk ({e})"
-        limit = self.disk_limit or 0
-        return f"disk: the child wrote {used // 2**20} MiB, over its {limit // 2**20} MiB" if used > limit else None
+        if self.file_limit and entries > self.file_limit:
+            return f"disk: the child made more than {self.file_limit} files and dirs, over its share of inodes"
+        if self.disk_limit and used > self.disk_limit:
+            return f"disk: the child wrote {used // 2**20} MiB, over its {self.disk_limit // 2**20} MiB"
+        return None
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as chan:

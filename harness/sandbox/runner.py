@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.problems.spec import ProblemSpec
+from harness.sandbox import builds as build_dirs
 from harness.sandbox import capabilities, limits, windows
 from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
@@ -636,7 +637,7 @@ class _Evaluation:
             atol=self.tolerance.atol, rtol=self.tolerance.rtol, defer=defer).model_dump(mode="json"),
             "handover_checked")
         self._trusted_seconds("handover", checked)
-        check.reported += sum(path.exists() for path in files)
+        check.reported += sum(os.path.lexists(path) for path in files)  # never raises, whatever the candidate made
         artifacts.remove_files(self.cand_home / "outputs")
         numbers = [window * calls + j for j in picks]
         if defer:
@@ -866,7 +867,7 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
         builds, env = _build_env(source, target, settings, home, {"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
         (home / "submission.py").write_text(source)
         finished = False
-        with artifacts.exclusive_build_dir(builds):
+        with artifacts.exclusive_build_dir(builds), _sealed_when_built(builds, settings):
             proc = ChildProcess("harness.sandbox.child", ["--compile-only", str(home / "submission.py")], cwd=home,
                                 env=scrubbed_env(env, home), log_path=home / "precompile.log",
                                 kill_grace_s=settings.kill_grace_s,
@@ -915,6 +916,8 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     build_lock = contextlib.ExitStack()
     build_lock.enter_context(artifacts.exclusive_build_dir(builds, wait=wait_for_build))
     try:
+        # Sealed when the lock goes: once ModelNew is constructed (nothing more is built), or at the process's end.
+        build_lock.enter_context(_sealed_when_built(builds, settings))
         proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
                             kill_grace_s=settings.kill_grace_s,
@@ -924,3 +927,23 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
         build_lock.close()
         raise
     return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s, source)
+
+
+@contextlib.contextmanager
+def _sealed_when_built(builds: Path, settings: Settings):
+    """Within a build dir's lock: the dir as its last build left it (anything else there emptied, to be built again),
+    then sealed when the build is done: its outputs only, read-only to the candidate (sandbox/builds.py). A dir of
+    the evaluation's own (no build cache) outlives nothing: it is left as it is."""
+    if not settings.build_cache:
+        yield
+        return
+    build_dirs.restore(builds)
+    try:
+        yield
+    finally:
+        try:
+            build_dirs.seal(builds)
+        except OSError as e:  # what cannot be sealed is emptied at the next use (no manifest: restore empties it)
+            log.warning("build dir %s could not be sealed (%s): it is emptied at its next use", builds, e)
+            with contextlib.suppress(OSError):
+                artifacts.build_manifest(builds).unlink()

@@ -4,22 +4,20 @@ It never imports a submission. It builds the reference Model, draws the correctn
 secret seed, keeps the expected outputs (fp32 and a float64 ground truth) in its own memory, judges
 the candidate's saved outputs and its handed-over timed outputs, and runs the reference's timed windows
 (eager, torch.compile, and the empty window whose cost every window carries). Commands arrive as JSON
-lines on stdin. Files the candidate wrote are read as untrusted: no links followed, regular files only,
-bounded in size.
+lines on stdin. What the candidate wrote is read as hostile data (`untrusted.load_outputs`): a failure to read
+or compare it is a figure of the submission's, never a failure of this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import io
 import json
 import os
 import platform
 import secrets
 import shutil
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -30,7 +28,7 @@ from typing import Any
 import torch
 
 import harness
-from harness.sandbox import compare, parameters, problem_module, timing, torchflags
+from harness.sandbox import compare, parameters, problem_module, timing, torchflags, untrusted
 from harness.sandbox.protocol import (
     DETERMINISM_FILE,
     INIT_ARGS_FILE,
@@ -88,7 +86,7 @@ def _describe(obj: Any) -> str:
     if isinstance(obj, (tuple, list)):
         return f"{type(obj).__name__} of {len(obj)}"
     if isinstance(obj, str) and obj.startswith("<"):
-        return obj.strip("<>")  # the child's description of an object it could not save
+        return untrusted.shown(obj.strip("<>"))  # the child's description of an object it could not save
     return type(obj).__name__
 
 
@@ -150,29 +148,6 @@ def check_exchange_space(exchange_dir: Path, trials: int, input_bytes: int, outp
             f"{exchange_dir.parent}, whose filesystem has {free / 2**30:.1f} GiB free: evaluate the problem at a "
             f"smaller size (a size variant, or `harness selfcheck --sizes reduced`), or give the scratch dir "
             f"(HARNESS_SCRATCH_DIR) more room")
-
-
-class UntrustedFile(Exception):
-    """A file the candidate wrote that is not a regular file of acceptable size: the submission's fault."""
-
-
-def read_untrusted(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a file the candidate's process wrote, read without following a link and without blocking
-    (a FIFO or a device in its place would hang or mislead a plain open), up to `max_bytes`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise
-    except OSError as e:  # ELOOP: a symbolic link
-        raise UntrustedFile(f"{path.name} cannot be opened as a regular file ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFile(f"{path.name} is not a regular file")
-        if st.st_size > max_bytes:
-            raise UntrustedFile(f"{path.name} has {st.st_size} bytes, more than the {max_bytes} an output of this "
-                                "problem can need")
-        return f.read(max_bytes + 1)[:max_bytes]
 
 
 class Trusted:
@@ -376,7 +351,7 @@ class Trusted:
         clock.lap("trials")
         if judged_ahead:
             clock.seconds["trivial_ahead"] = round(self.trivial_ahead_s, 4)
-        determinism = self._determinism(cmd.outputs_dir)
+        determinism = self._determinism(cmd.outputs_dir, trials[0]) if trials else None
         clock.lap("determinism")
         trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
         if self.device.type == "cuda":  # the comparisons' float64 temporaries: the candidate's windows come next
@@ -430,41 +405,34 @@ class Trusted:
                 if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
                     found[kind][k] = fig
 
-    def _load(self, path: Path) -> tuple[Any, list[str]]:
-        return self._unpickle(read_untrusted(path, self.max_output_file))
-
-    @staticmethod
-    def _unpickle(data: bytes) -> tuple[Any, list[str]]:
-        locations: list[str] = []
-
-        def record(storage: Any, location: str) -> Any:
-            locations.append(location)
-            return storage
-
-        obj = torch.load(io.BytesIO(data), map_location=record, weights_only=True)
-        return obj, locations
-
     def _read(self, path: Path) -> bytes | dict[str, Any]:
-        """An output file's bytes, or the judge's figures saying why there are none to judge."""
-        if not path.exists() and not path.is_symlink():
-            return {"structure_error": "the candidate saved no output for this call"}
+        """An output file's bytes, or the judge's figures saying why there are none to judge (the candidate owns the
+        dir: one it made unreadable is its fault, never the judge's)."""
         try:
-            return read_untrusted(path, self.max_output_file)
-        except UntrustedFile as e:
+            return untrusted.read_untrusted(path, self.max_output_file)
+        except FileNotFoundError:
+            return {"structure_error": "the candidate saved no output for this call"}
+        except untrusted.UntrustedFile as e:
             return {"file_error": str(e)}
+        except OSError as e:
+            return {"file_error": f"{path.name} cannot be read ({e.strerror})"}
 
     def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
         data = self._read(path)
         return data if isinstance(data, dict) else self._judge_bytes(data, exp, gt, cmd)
 
     def _judge_bytes(self, data: bytes, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
-        try:
-            got, locations = self._unpickle(data)
-        except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return {"structure_error": f"the output is not made of plain torch.Tensors ({first[:300]})"}
+        """The candidate's output against the reference's. Whatever its bytes hold, the answer is figures: a file
+        that is not an output (`file_error`) or an output not made of plain dense tensors (`structure_error`) is
+        the submission's, never a failure of the judge's."""
         exp_list = _as_list(exp)
         assert exp_list is not None
+        try:
+            got = untrusted.load_outputs(data, len(exp_list), self.device.type)
+        except untrusted.UntrustedFile as e:
+            return {"file_error": f"the output file cannot be read as an output: {e}"}
+        except untrusted.BadOutput as e:
+            return {"structure_error": str(e)}
         gt_list = _as_list(gt) if gt is not None else [None] * len(exp_list)
         got_list = _as_list(got)
         assert gt_list is not None
@@ -475,12 +443,15 @@ class Trusted:
         assert got_list is not None
         if len(got_list) != len(exp_list):
             return {"structure_error": f"expected {len(exp_list)} outputs, got {len(got_list)}"}
-        wrong_device = {loc for loc in locations if torch.device(loc).type != self.device.type}
-        if wrong_device:
-            return {"structure_error": f"the output lives on {', '.join(sorted(wrong_device))}, "
-                                       f"the reference's on {self.device.type}"}
-        outputs = [self._compare(k, g, e, t, cmd)
-                   for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True))]
+        outputs = []
+        for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True)):
+            try:
+                outputs.append(self._compare(k, g, e, t, cmd))
+            except torch.OutOfMemoryError:
+                raise  # the judge's memory: the output's size is the reference's, checked before
+            except Exception as err:  # a tensor that passed every check and still cannot be compared
+                return {"structure_error": f"output {k} cannot be compared with the reference's "
+                                           f"({type(err).__name__}: {untrusted.shown(str(err))})"}
         return {"outputs": outputs}
 
     def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None, cmd: Judging) -> dict:
@@ -498,19 +469,28 @@ class Trusted:
                                    cmd.atol, cmd.rtol))
         return fig
 
-    def _determinism(self, outputs_dir: Path) -> dict[str, Any] | None:
+    def _determinism(self, outputs_dir: Path, trial0: dict[str, Any]) -> dict[str, Any] | None:
+        """Trial 0's output against the determinism re-run's on the same inputs. Only where trial 0's output has the
+        reference's structure, shapes and dtypes (`trial0`, its figures): else the trial fails already, and the
+        re-run's tensors are held to those shapes, so no file can make this comparison larger than the judge's."""
         first, second = outputs_dir / output_file(0), outputs_dir / DETERMINISM_FILE
-        if not (first.exists() and second.exists()):
+        shapes = [(o.get("expected_shape"), o.get("expected_dtype")) for o in trial0.get("outputs", [])]
+        if not shapes or any((o.get("got_shape"), o.get("got_dtype")) != want
+                             for o, want in zip(trial0["outputs"], shapes, strict=True)):
             return None
         try:
-            a, _ = self._load(first)
-            b, _ = self._load(second)
-        except Exception:
-            return None  # the structure check reports unloadable outputs
-        la, lb = _as_list(a), _as_list(b)
-        if la is None or lb is None or len(la) != len(lb) or not all(
-            type(x) is torch.Tensor and type(y) is torch.Tensor and x.shape == y.shape and x.dtype == y.dtype
-            for x, y in zip(la, lb, strict=True)
+            la = _as_list(untrusted.load_outputs(untrusted.read_untrusted(first, self.max_output_file), len(shapes),
+                                                 self.device.type))
+            lb = _as_list(untrusted.load_outputs(untrusted.read_untrusted(second, self.max_output_file), len(shapes),
+                                                 self.device.type))
+        except FileNotFoundError:
+            return None
+        except (OSError, untrusted.UntrustedFile, untrusted.BadOutput):
+            return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
+        if la is None or lb is None or len(la) != len(shapes) or len(lb) != len(shapes) or not all(
+            type(x) is torch.Tensor and type(y) is torch.Tensor and list(x.shape) == list(y.shape) == shape
+            and x.dtype == y.dtype and str(x.dtype).removeprefix("torch.") == dtype
+            for x, y, (shape, dtype) in zip(la, lb, shapes, strict=True)
         ):
             return {"bitwise_equal": False, "max_rel_diff": None}
         equal = all(torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.nan_to_num(), y.nan_to_num()))

@@ -102,6 +102,9 @@ def fingerprint_mismatches(window: int, calls: int, got: list[list[float | None]
     return found
 
 
+_DEVIATION_CAP = 1e6 * FINGERPRINT_Z
+
+
 def fingerprint_deviation(got: list[list[float | None]], reference: list[list[float | None]],
                           scales: list[list[float | None]]) -> tuple[float, int]:
     """The sum of (difference / scale)**2 over the outputs of a window whose fingerprints both sides gave, and their
@@ -115,7 +118,11 @@ def fingerprint_deviation(got: list[list[float | None]], reference: list[list[fl
             continue
         for g, r, scale in zip(g_row, r_row, s_row, strict=True):
             if g is not None and r is not None and scale and math.isfinite(g):
-                total += ((g - r) / scale) ** 2
+                # The candidate's number is a claim: one past the float range squared would raise (OverflowError),
+                # and the evaluation would read as the harness's failure. A term is capped far past the point where
+                # it alone is a mismatch (fingerprint_mismatches), so the cap decides nothing.
+                z = min(abs(g - r) / scale, _DEVIATION_CAP)
+                total += z * z
                 terms += 1
     return total, terms
 

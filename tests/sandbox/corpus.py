@@ -92,6 +92,19 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("output file replaced by a FIFO", A + "output_fifo.py", "runtime_error", None,
             "files the candidate wrote are opened without following links or blocking, and must be regular files "
             "of bounded size", HONEST, message_has="not a regular file"),
+    Exploit("saved output rewritten: a storage location naming no device", A + "output_no_device.py",
+            "runtime_error", None,
+            "everything read from the candidate is hostile data (untrusted.load_outputs): every storage location must "
+            "name a device of the reference's kind, and any failure to read an output is the submission's",
+            HONEST, message_has="names no device"),
+    Exploit("saved output rewritten: a sparse tensor", A + "output_sparse.py", "shape_mismatch", None,
+            "an output must be dense, strided, plain torch.Tensors on a real device: sparse, meta, quantized and "
+            "nested tensors and subclasses are refused after the load, before any comparison", HONEST,
+            message_has="sparse_coo tensor"),
+    Exploit("saved output rewritten: a pickle of millions of objects", A + "output_pickle_bomb.py",
+            "runtime_error", None,
+            "the archive's table of contents is read before anything is unpickled: stored records only, few enough, "
+            "and a pickle no larger than the reference's output tensors need", HONEST, message_has="its pickle has"),
     Exploit("malformed reply to a command", A + "malformed_reply.py", "flagged", "protocol",
             "every reply the parent reads is validated against its command's reply model: one that does not fit is "
             "the candidate's protocol violation, never the harness's fault", HONEST),

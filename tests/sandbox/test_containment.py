@@ -368,6 +368,39 @@ def test_filling_the_disk_is_stopped_at_the_childs_share(registry, jail_settings
     assert scratch is not None and not list(scratch.glob("kh-eval-*")), "the scratch dir was not cleaned"
 
 
+def test_making_empty_files_without_end_is_stopped_at_the_childs_share_of_inodes(registry, jail_settings):
+    """Empty files take inodes, not bytes: 200,000 of them are 800 MB at the 4 KiB a file the byte count charges,
+    and two million fit in the default 8 GiB share. The watcher counts files and dirs too: past the child's share of
+    them (5,000 here) it is killed, and the verdict says why. Its twin makes 300, as many as an honest build."""
+    tight = jail_settings.model_copy(update={"child_disk_files": 5000, "child_disk_mb": 8192})
+    r = _run(registry, tight, "inode_fill.py", files=200_000)
+    assert r.verdict == Verdict.crashed, r.message
+    assert "over its share of inodes" in r.message, r.message
+    assert "more than 5000 files and dirs" in (r.observations.log_tail or "") + r.message
+    _assert_contained(_run(registry, tight, "inode_fill.py", files=300))
+
+
+def test_the_build_dir_keeps_only_its_builds_outputs_between_evaluations_of_one_text(registry, jail_settings):
+    """A file a submission wrote into TORCH_EXTENSIONS_DIR at import was still there after its evaluation, and the
+    next evaluation of the same text read it: a channel between evaluations. Once ModelNew is constructed the build
+    dir holds only its build's outputs, as the harness's own read-only copies (a file kept open writes into a copy no
+    one reads); the same text evaluated again finds its build ready (not rebuilt) and nothing else."""
+    _need("user")
+    settings = jail_settings.model_copy(update={"child_disk_mb": 8192, "child_memory_mb": 8192})  # a C++ build
+    first = _run(registry, settings, "build_dir_channel.py")
+    assert first.verdict == Verdict.passed, first.message + first.log_excerpt
+    assert "cannot write after the build: PermissionError" in (first.observations.log_tail or "")
+    (so,) = settings.builds_dir.glob("*/kh_test_channel/*.so")
+    built_at, top = so.stat().st_mtime_ns, so.parent.parent
+    kept = sorted(p.relative_to(top).as_posix() for p in top.rglob("*"))
+    assert "channel.txt" not in kept and "late.txt" not in kept and "kh_test_channel/channel.txt" not in kept, kept
+    assert all(p.stat().st_uid == os.geteuid() for p in so.parent.iterdir()), "the build's files are not the harness's"
+    second = _run(registry, settings, "build_dir_channel.py")
+    assert second.verdict == Verdict.passed, second.message + second.log_excerpt
+    assert "LEAK" not in (second.observations.log_tail or ""), second.observations.log_tail
+    assert so.stat().st_mtime_ns == built_at, "the same text's build was not found ready"
+
+
 def test_opening_files_without_end_hits_the_open_files_limit(registry, jail_settings):
     r = _run(registry, jail_settings, "open_files.py")
     assert r.verdict == Verdict.runtime_error, r.message

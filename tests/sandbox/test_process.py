@@ -106,3 +106,16 @@ def test_a_dir_the_parent_cannot_read_is_no_hiding_place_for_bytes():
     finally:
         (top / "hidden").chmod(0o700)
         shutil.rmtree(top)
+
+
+def test_the_disk_count_counts_files_and_dirs_and_stops_past_the_most_asked_for(tmp_path):
+    """An empty file holds no bytes but takes an inode: the count says how many entries there are, and stops walking
+    once it passes the most the caller asked for (a child with a million files is over its share at the first
+    thousands, not after a walk of all)."""
+    for d in range(3):
+        (tmp_path / str(d)).mkdir()
+        for i in range(100):
+            (tmp_path / str(d) / str(i)).touch()
+    assert limits.tree_usage([tmp_path]) == (303 * 4096, 303)
+    _, counted = limits.tree_usage([tmp_path], most_entries=50)
+    assert 50 < counted < 303

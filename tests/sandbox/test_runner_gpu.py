@@ -22,6 +22,25 @@ def _run(settings, problem, name, **kw):
     return evaluate(get_registry().get(problem), (SUBMISSIONS / name).read_text(), EvalOptions(**kw), settings)
 
 
+def test_a_cuda_build_sealed_after_its_evaluation_is_found_ready_and_keeps_its_kernels_credit(settings):
+    """The build dir keeps only its build's outputs, as the harness's own read-only copies (sandbox/builds.py): a CUDA
+    build's objects, library and ninja files all stay, so the same text evaluated again is not rebuilt, and its
+    kernels are still read from the sealed library's fatbin."""
+    source = (SUBMISSIONS / "l30_cuda_correct.py").read_text()
+    first = evaluate(get_registry().get("level2/30"), source, EvalOptions(device="cuda", size="small"), settings)
+    assert first.verdict == Verdict.passed, first.message + first.log_excerpt
+    sos = list(settings.builds_dir.glob("*/kh_test_cuda_hardtanh/*.so"))
+    assert len(sos) == 1, "the build's library was not kept"
+    ninja_log = sos[0].parent / ".ninja_log"
+    built_at, edges = sos[0].stat().st_mtime_ns, ninja_log.read_text()
+    second = evaluate(get_registry().get("level2/30"), source, EvalOptions(device="cuda", size="small"), settings)
+    assert second.verdict == Verdict.passed, second.message + second.log_excerpt
+    assert sos[0].stat().st_mtime_ns == built_at and ninja_log.read_text() == edges, "an identical source was rebuilt"
+    for r in (first, second):
+        k = r.observations.kernels
+        assert k is not None and any(n.startswith("hardtanh_kernel(") for n in k.custom), k
+
+
 @pytest.mark.long
 def test_cuda_load_inline_kernel_passes_with_window_timing_and_both_baselines(settings):
     r = _run(settings, "level2/30", "l30_cuda_correct.py", compile_baseline="on")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from harness import grading
 from harness.sandbox import windows
 from harness.sandbox.windows import WindowSeries
 
@@ -91,3 +94,12 @@ def test_windows_sized_down_on_slow_warm_ups_and_short_when_timed_cannot_rank():
     # Its honest twins: slow when timed too (the windows last their target), or sized by eager's speed alone.
     assert windows.sized_down(2, 19, [61.0, 59.0, 62.0], 60.0) is None
     assert windows.sized_down(19, 19, [3.0, 3.0, 3.0], 60.0) is None
+
+
+def test_a_fingerprint_past_the_float_range_is_a_mismatch_not_the_harnesss_failure():
+    """The candidate's fingerprints are numbers it chose: 1e200 squared raised OverflowError in the parent, and the
+    evaluation became an infra_error. It is a mismatch, and the deviation stays a finite figure over the bound."""
+    got, reference, scales = [[1e200, -1e308, 1.0]], [[0.0, 1e308, 1.0]], [[1.0, 1e-300, 1.0]]
+    assert len(windows.fingerprint_mismatches(0, 1, got, reference, scales)) == 2
+    total, terms = windows.fingerprint_deviation(got, reference, scales)
+    assert terms == 3 and math.isfinite(total) and total > grading.fingerprint_deviation_bound(terms)
