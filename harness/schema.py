@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 # rtol values at which the judge records the smallest atol that would pass (see OutputFigures).
 RTOL_GRID: tuple[float, ...] = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
+# The dtype an evaluation casts the problem's inputs and both models to (harness/precision.py), KernelBench's names.
+Precision = Literal["fp32", "fp16", "bf16"]
+
 
 class Tolerance(BaseModel):
     atol: float = Field(gt=0)
@@ -316,6 +319,7 @@ class ProblemRef(BaseModel):
     kernelbench_id: str | None = None
     size: str
     source: str
+    precision: Precision = "fp32"  # results stored before there was a choice ran at fp32
 
 
 class Provenance(BaseModel):
