@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from types import ModuleType
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch

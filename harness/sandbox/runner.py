@@ -753,8 +753,8 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     try:
         # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
         # source twice in a row), whose lock goes only when it constructs.
-        candidate = _start_candidate(spec, source, options, settings, target,
-                                     _load(spec, _size_for(spec, options.size, target.device), options.precision), exchange, cand_home,
+        load = _load(spec, _size_for(spec, options.size, target.device), options.precision)
+        candidate = _start_candidate(spec, source, options, settings, target, load, exchange, cand_home,
                                      job, Observations(), wait_for_build=False)
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):
