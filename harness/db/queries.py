@@ -141,6 +141,7 @@ class BaselineTime(BaseModel):
     device: str
     device_name: str | None
     size: str
+    precision: str = "fp32"  # the reference ran at it: an fp16 reference's time is another
     eager_ms: float | None
     compile_ms: float | None
     measured_at: datetime
@@ -150,14 +151,16 @@ def baseline_times(session: Session, problem_id: str, problem_version: int) -> l
     """The reference's times as last measured on each device and size (they are timed beside passing
     candidates)."""
     rows = session.execute(
-        select(Result.device, Result.device_name, Result.size, Result.eager_ms, Result.compile_ms, Result.created_at)
+        select(Result.device, Result.device_name, Result.size, Result.precision, Result.eager_ms, Result.compile_ms,
+               Result.created_at)
         .where(Result.problem_id == problem_id, Result.problem_version == problem_version,
                Result.eager_ms.is_not(None), Result.device.is_not(None))
         .order_by(Result.id.desc())).all()
-    seen: dict[tuple[str, str | None, str], BaselineTime] = {}
-    for device, name, size, eager, comp, at in rows:
-        seen.setdefault((device, name, size), BaselineTime(device=device, device_name=name, size=size,
-                                                           eager_ms=eager, compile_ms=comp, measured_at=at))
+    seen: dict[tuple[str, str | None, str, str], BaselineTime] = {}
+    for device, name, size, prec, eager, comp, at in rows:
+        seen.setdefault((device, name, size, prec), BaselineTime(device=device, device_name=name, size=size,
+                                                                 precision=prec, eager_ms=eager, compile_ms=comp,
+                                                                 measured_at=at))
     return list(seen.values())
 
 

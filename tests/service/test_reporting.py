@@ -69,3 +69,11 @@ def test_fast_p_table_is_per_pair_over_the_problems_it_attempted():
 def test_fast_p_never_rises_with_p(p):
     results = [s(f"p{i}", eager=e) for i, e in enumerate([0.1, 0.6, 0.9, 1.2, 1.7, 2.5, None])]
     assert fast_p(results, p) >= fast_p(results, p + 0.25)
+
+
+def test_the_leaderboard_ranks_each_precision_apart():
+    fp32, bf16 = s("p1", who="a", eager=2.0), s("p1", who="b", eager=5.0).model_copy(update={"precision": "bf16"})
+    same_pair_bf16 = s("p1", who="a", eager=9.0).model_copy(update={"precision": "bf16"})
+    rows = leaderboard([fp32, bf16, same_pair_bf16])
+    assert [(r.precision, r.rank, r.submitter, r.speedup_vs_eager) for r in rows] == [
+        ("fp32", 1, "a", 2.0), ("bf16", 1, "a", 9.0), ("bf16", 2, "b", 5.0)]
