@@ -58,7 +58,7 @@ class OutputFigures(BaseModel):
     ref_err_vs_fp64: float | None = None
     rel_l2_vs_fp64: float | None = None  # ||a-g|| / ||g||
     ref_rel_l2_vs_fp64: float | None = None
-    # An element is within the tolerance when it is within it of the fp32 reference b or of the float64 truth g: the
+    # An element is within the tolerance when it is within it of the reference b or of the float64 truth g: the
     # reference's own rounding (a long sum, then a normalisation that magnifies it) can put a correct element outside
     # the tolerance of b. The figures of that rule, where there is a truth (grading.within_tolerance):
     max_rel_err_or_fp64: float | None = None  # max over elements of min(|a-b| / (1+|b|), |a-g| / (1+|g|))

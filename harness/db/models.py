@@ -130,7 +130,7 @@ class Result(Base):
     problem_id: Mapped[str] = mapped_column(String(200), index=True)
     problem_version: Mapped[int] = mapped_column(Integer)
     size: Mapped[str] = mapped_column(String(32))
-    precision: Mapped[str] = mapped_column(String(8), default="fp32", server_default="fp32")  # never ranked with another
+    precision: Mapped[str] = mapped_column(String(8), default="fp32", server_default="fp32")  # ranked apart
     device: Mapped[str | None] = mapped_column(String(8), index=True)  # "cpu" | "cuda"; None: nothing ran
     device_name: Mapped[str | None] = mapped_column(String(200))
     atol: Mapped[float]

@@ -101,14 +101,9 @@ def test_on_a_cpu_only_service_nothing_that_never_ran_reaches_the_gpu_board(clie
     assert (cat["problems"], cat["correct"], cat["fast_p_eager"]["1"]) == (1, 1, 1.0)
 
 
-def _at(precision: str, **figures):
-    r = eval_result(**figures)
-    return r.model_copy(update={"problem": r.problem.model_copy(update={"precision": precision})})
-
-
 def test_results_at_bf16_rank_apart_from_fp32_ones(client, db):
     seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0), submitter="alice")  # fp32, 2x
-    seed(db, _at("bf16", candidate_ms=0.25, eager_ms=1.0), submitter="bob")  # 4x over the bf16 reference
+    seed(db, eval_result(candidate_ms=0.25, eager_ms=1.0, precision="bf16"), submitter="bob")  # 4x over bf16's
     fp32 = client.get("/api/leaderboard?problem=level2/75").json()
     assert fp32["precision"] == "fp32"
     assert [r["submitter"] for r in fp32["gpu"]["rows"]] == ["alice"]

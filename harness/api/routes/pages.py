@@ -130,7 +130,7 @@ def submission(submission_id: str, request: Request, session: SessionDep, settin
     if sub is None:
         raise PageNotFound("Unknown submission", f"There is no submission {submission_id!r}.")
     try:
-        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance
+        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance_at(sub.precision)
     except UnknownProblem:
         tolerance = None
     page = submission_page.submission_page(session, sub, settings, tolerance)
