@@ -14,6 +14,7 @@ from harness.cli.common import ProblemsDirOption, require_cuda
 from harness.cli.reeval import watch_jobs
 from harness.config import Settings
 from harness.db.session import Database
+from harness.precision import PRECISIONS
 from harness.problems import get_registry
 from harness.service import batch as batch_mod
 from harness.service.devices import SlotError
@@ -25,7 +26,7 @@ def _fmt(x: float | None) -> str:
 
 
 def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
-    console.print(f"{rep.run}: {rep.model} ({rep.submitter})", soft_wrap=True)
+    console.print(f"{rep.run}: {rep.model} ({rep.submitter}), at {rep.precision}", soft_wrap=True)
     table = Table()
     # Fixed columns keep their width; the message takes what the terminal has left.
     for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10)):
@@ -85,6 +86,8 @@ def eval_dir_command(
     via_queue: bool = typer.Option(False, "--via-queue", help="Queue the jobs for the running service's workers "
                                    "instead of evaluating here (do so when `harness serve` uses these GPUs)."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16: every sample evaluated with "
+                                  "the inputs and both models cast to it (as KernelBench does), at its tolerance."),
     problems_dir: Path = ProblemsDirOption,
     database_url: str = typer.Option(None, "--database-url"),
     log_level: str = typer.Option("warning", "--log-level"),
@@ -102,6 +105,8 @@ def eval_dir_command(
 
       harness eval-dir runs/my_run/ --device cpu        # no GPU: the problems' small sizes
     """
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"use {', '.join(PRECISIONS)}", param_hint="--precision")
     setup_logging(log_level)
     console = Console(stderr=False)
     settings = settings_with(database_url=database_url, problems_dir=problems_dir)
@@ -126,7 +131,8 @@ def eval_dir_command(
         except (SlotError, RuntimeError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-    batch, by_job = batch_mod.store(db, settings, gens, run=run, submitter=submitter, model=model)
+    batch, by_job = batch_mod.store(db, settings, gens, run=run, submitter=submitter, model=model,
+                                    precision=precision)
     thread = None
     if worker is not None:
         worker.batch = batch  # claims this run's jobs only
@@ -138,7 +144,8 @@ def eval_dir_command(
         if worker is not None and thread is not None:
             worker.stop()
             thread.join()
-    rep = batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model)
+    rep = batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model,
+                           precision=precision)
     render(rep, console)
     if json_out is not None:
         json_out.write_text(rep.model_dump_json(indent=2) + "\n")

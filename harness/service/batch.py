@@ -62,8 +62,9 @@ def scan(folder: Path, registry: Registry) -> tuple[list[Generation], list[Path]
 
 
 def store(db: Database, settings: Settings, gens: list[Generation], *, run: str, submitter: str,
-          model: str) -> tuple[str, dict[int, Generation]]:
-    """Store the known generations as submissions in a new batch; returns the batch and them by job id."""
+          model: str, precision: str = "fp32") -> tuple[str, dict[int, Generation]]:
+    """Store the known generations as submissions in a new batch, to be evaluated at `precision`; returns the batch
+    and them by job id."""
     batch = f"eval-dir:{run}:{uuid.uuid4().hex[:8]}"
     by_job: dict[int, Generation] = {}
     with db.session() as s:
@@ -74,7 +75,8 @@ def store(db: Database, settings: Settings, gens: list[Generation], *, run: str,
             text = g.path.read_bytes().decode("utf-8", errors="replace")
             new = crud.NewSubmission(problem_id=g.spec.id, problem_version=g.spec.version, text=text,
                                      text_kind="source", submitter=submitter, model=model,
-                                     tags=["eval-dir", run], meta={"file": g.path.name, "sample": g.sample, "run": run})
+                                     tags=["eval-dir", run], meta={"file": g.path.name, "sample": g.sample, "run": run},
+                                     precision=precision)
             _, job = crud.create_submission(s, new, token=None, queue_limit=None, max_attempts=settings.max_attempts,
                                             reason="eval-dir", batch=batch)
             by_job[job.id] = g
@@ -111,6 +113,7 @@ class EvalDirReport(BaseModel):
     batch: str
     submitter: str
     model: str
+    precision: str = "fp32"  # every sample of the run was evaluated at it
     thresholds: list[float]
     fast_p_basis: str
     problems: list[ProblemResult]
@@ -119,7 +122,7 @@ class EvalDirReport(BaseModel):
 
 
 def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder: Path, submitter: str,
-           model: str) -> EvalDirReport:
+           model: str, precision: str = "fp32") -> EvalDirReport:
     with db.session() as s:
         rows = queries.batch_results(s, batch)
     by_problem: dict[str, list[SampleResult]] = defaultdict(list)
@@ -140,7 +143,7 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
     problems = [ProblemResult(problem_id=p, kernelbench_id=kb_ids.get(p), samples=sorted(v, key=lambda x: x.sample))
                 for p, v in sorted(by_problem.items(), key=lambda kv: (kb_ids.get(kv[0]) or kv[0]))]
     return EvalDirReport(
-        run=run, folder=str(folder), batch=batch, submitter=submitter, model=model,
+        run=run, folder=str(folder), batch=batch, submitter=submitter, model=model, precision=precision,
         thresholds=list(reporting.FAST_P_THRESHOLDS),
         fast_p_basis="the best sample of each problem; problems are those with a result",
         problems=problems, not_evaluated=[g.path.name for g in gens if g.spec is None],

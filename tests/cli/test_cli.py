@@ -122,3 +122,14 @@ def test_problems_show_says_which_problems_are_stochastic(tmp_path):
                               data_dir=tmp_path).stdout)["stochastic"] == ["Dropout"]
     plain = harness("problems", "show", "level2/94", data_dir=tmp_path)
     assert "stochastic" not in plain.stdout
+
+
+def test_eval_at_a_precision_reports_it_with_its_tolerance_and_an_unknown_one_is_a_usage_error(tmp_path):
+    p = harness("eval", "-p", "level2/30", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu",
+                "--precision", "bf16", "--no-timing", "--json", data_dir=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["problem"]["precision"] == "bf16" and result["tolerance"] == {"atol": 1e-2, "rtol": 1e-2}
+    bad = harness("eval", "-p", "level2/30", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"), "--precision", "fp8",
+                  data_dir=tmp_path)
+    assert bad.returncode == 2 and "use fp32, fp16, bf16" in bad.stderr

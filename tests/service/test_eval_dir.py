@@ -64,3 +64,22 @@ def test_gpus_none_still_runs_on_the_cpu_and_device_cuda_without_a_gpu_is_a_usag
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "level2/75" in p.stdout and "invalid_submission" in p.stdout
+
+
+def test_eval_dir_at_fp16_stores_and_evaluates_every_sample_at_fp16(svc_db, svc_settings, tmp_path):
+    run = tmp_path / "runs" / "half"
+    run.mkdir(parents=True)
+    # Computes in fp32 and returns fp16: within fp16's tolerance of the fp16 reference, outside fp32's.
+    (run / "level_2_problem_30_sample_0_kernel.py").write_text((SUBMISSIONS / "l30_fp32_accumulate.py").read_text())
+    (run / "level_2_problem_30_sample_1_kernel.py").write_text((SUBMISSIONS / "l30_returns_fp32.py").read_text())
+    out = tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cpu", "--precision", "fp16", "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "at fp16" in p.stdout
+    rep = json.loads(out.read_text())
+    assert rep["precision"] == "fp16"
+    (problem,) = rep["problems"]
+    assert [(s["sample"], s["verdict"]) for s in problem["samples"]] == [(0, "passed"), (1, "dtype_mismatch")]
+    with svc_db.session() as s:
+        assert set(s.scalars(select(Submission.precision).where(Submission.model == "half"))) == {"fp16"}
