@@ -76,6 +76,7 @@ def test_problems_ls_and_show(tmp_path):
     assert show.returncode == 0
     assert "Model(in_features, out_features, bias_shape, num_groups)" in show.stdout
     assert "class Model" in show.stdout
+    assert "tolerance:   atol=rtol=0.0001 at fp32, atol=rtol=0.01 at fp16, atol=rtol=0.01 at bf16" in show.stdout
     as_json = json.loads(harness("problems", "ls", "--json", data_dir=tmp_path).stdout)
     assert len(as_json) == 6
 
