@@ -98,3 +98,37 @@ def test_the_reference_resubmitted_passes_at_a_half_precision_on_the_cpu(run_fix
     assert r.verdict == Verdict.passed, r.message
     assert r.observations.trials[0].outputs[0].got_dtype == precision.DTYPE_NAMES[prec]
     assert r.observations.state_dict is not None and r.observations.state_dict.copied  # parameters at prec matched
+
+
+FP32_ONLY = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if x.dtype != torch.float32:  # as an op without a half-precision kernel on this device fails
+            raise RuntimeError(f'"some_op_cpu" not implemented for {x.dtype}')
+        return x * 2
+
+
+def get_inputs():
+    return [torch.rand(16, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_reference_that_cannot_run_at_the_precision_is_the_harnesss_failure_not_the_submissions(tmp_path, settings):
+    from harness.problems import load_kernelbench_dir
+    from harness.sandbox.runner import EvalOptions, evaluate
+
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "1_Fp32Only.py").write_text(FP32_ONLY)
+    (spec,) = load_kernelbench_dir(tmp_path)
+    text = "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    r = evaluate(spec, text, EvalOptions(device="cpu", precision="fp16", timing=False), settings)
+    assert r.verdict == Verdict.infra_error and "not implemented for torch.float16" in r.message, r.message
+    assert evaluate(spec, text, EvalOptions(device="cpu", timing=False), settings).verdict == Verdict.passed
