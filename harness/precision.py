@@ -1,10 +1,11 @@
 """The precisions an evaluation runs at, as KernelBench names them, and each one's tolerance. No torch here: the API,
 the DB and the CLI validate and show a precision; only the sandbox turns it into a dtype (problem_module.dtype_of).
 
-At a precision other than fp32, the problem's floating-point inputs and the floating-point parameters and buffers of
-both models are cast to it, so the reference's output (and the one the candidate must return) has its dtype; the
-float64 truth is still computed in float64, from those rounded inputs and parameters. Integer and boolean inputs
-(indices, masks) keep their dtype, where KernelBench casts every tensor (an index cast to fp16 breaks the reference).
+At a precision, the problem's floating-point inputs and the floating-point parameters and buffers of both models are
+cast to it (at fp32 a problem's fp32 tensors stay as they are), so the reference's output, and the one the candidate
+must return, has its dtype; the float64 truth is still computed in float64, from those rounded inputs and parameters.
+Integer and boolean inputs (indices, masks) keep their dtype, where KernelBench casts every tensor (an index cast to
+fp16 breaks the reference).
 """
 
 from __future__ import annotations

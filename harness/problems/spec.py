@@ -12,7 +12,7 @@ from harness import precision as precisions
 from harness.problems.sizes import read_constants
 from harness.schema import Tolerance
 
-DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # KernelBench today, fp32
+DEFAULT_TOLERANCE = precisions.KERNELBENCH_TOLERANCE["fp32"]  # KernelBench today, fp32
 V01_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)  # the KernelBench v0.1 tier
 
 
