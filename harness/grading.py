@@ -112,7 +112,7 @@ def _required_atol_or_fp64(fig: OutputFigures, rtol: float) -> float:
 
 
 def within_reference_tolerance(fig: OutputFigures, tol: Tolerance) -> bool:
-    """allclose against the fp32 reference, element by element."""
+    """allclose against the reference, element by element."""
     if fig.nonfinite_mismatches:
         return False
     if fig.max_abs_err is None:
@@ -123,7 +123,7 @@ def within_reference_tolerance(fig: OutputFigures, tol: Tolerance) -> bool:
 
 
 def within_tolerance(fig: OutputFigures, tol: Tolerance) -> bool:
-    """Every element within the tolerance of the fp32 reference or of the float64 truth. The reference's own
+    """Every element within the tolerance of the reference or of the float64 truth. The reference's own
     rounding can put a correct element outside the first (two fp32 orders of a sum of 8192 products, magnified by a
     normalisation, differ by about the tolerance at one element in millions); an element within the tolerance of
     neither is wrong whichever the reference computed. Results stored without the truth's figures are judged
@@ -419,7 +419,7 @@ def _grade_trial(i: str, structure_error: str | None, outputs: list[OutputFigure
             if o.mismatches_at_eval_tolerance is not None:
                 line += f"; {o.mismatches_at_eval_tolerance} of {o.numel} elements outside the tolerance at eval time"
             if o.max_rel_err_or_fp64 is not None:
-                line += (f"; within it of neither the fp32 reference nor the float64 truth (max rel err to the nearer "
+                line += (f"; within it of neither the reference nor the float64 truth (max rel err to the nearer "
                          f"{o.max_rel_err_or_fp64:.4g})")
             return Grade(Verdict.wrong_answer, f"trial {i}: {name} differs from the reference beyond {tol} "
                          f"(max abs err {o.max_abs_err:.3g})", line)
@@ -466,7 +466,7 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     cand = max((o.err_vs_fp64 or 0.0 for o in figs), default=0.0)
     ref = max((o.ref_err_vs_fp64 or 0.0 for o in figs), default=0.0)
     if cand > PRECISION_FLOOR and cand > PRECISION_RATIO * ref:
-        flags.append(Flag(check="precision_below_fp32", detail=f"error vs float64 {cand:.3g}, the fp32 reference's "
+        flags.append(Flag(check="precision_below_fp32", detail=f"error vs float64 {cand:.3g}, the reference's "
                           f"{ref:.3g}: lower-precision arithmetic (TF32, bf16, fast math)"))
     extra = sum(t.inputs != "get_inputs" for t in obs.trials)
     parts = [f"{len(obs.trials)} trials within {tol}" + (f" ({extra} on other inputs)" if extra else "")
@@ -474,7 +474,7 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
     by_truth = [t.trial for t in obs.trials if any(not within_reference_tolerance(o, tol) for o in t.outputs)]
     if by_truth:
         parts.append(f"trial{'s' if len(by_truth) > 1 else ''} {', '.join(map(str, by_truth))} within the tolerance "
-                     "of the float64 truth where outside the fp32 reference's (its own rounding)")
+                     "of the float64 truth where outside the reference's (its own rounding)")
     if obs.state_dict is not None and obs.state_dict.copied:
         parts.append(f"reference parameters copied into {len(obs.state_dict.copied)} tensors")
     if s_eager is not None:

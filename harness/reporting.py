@@ -20,6 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from harness.precision import PRECISIONS
+from harness.schema import Precision
 from harness.verdicts import UNRANKED_CHECKS
 
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -52,6 +54,7 @@ class Scored(BaseModel):
     device: str | None
     device_name: str | None = None
     size: str = "default"
+    precision: Precision = "fp32"  # results of two precisions never rank together (`leaderboard`)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     candidate_ms: float | None = None
@@ -87,6 +90,7 @@ class LeaderboardRow(BaseModel):
     candidate_ms: float | None
     device_name: str | None
     size: str
+    precision: Precision = "fp32"
     created_at: datetime | None
     submissions: int  # this submitter+model's results on this problem and device class
     flags: list[str] = []  # those that do not keep it off the board (precision_below_fp32)
@@ -119,29 +123,29 @@ def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | No
 
 
 def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:
-    """Best passing result per problem and submitter+model, ranked within each problem. A passed
-    result flagged `no_custom_kernel` (or another of UNRANKED_CHECKS) counts for fast_p at p = 0 (it is correct)
-    but is not ranked.
+    """Best passing result per problem, precision and submitter+model, ranked within each problem at each precision
+    (an fp16 kernel's speedup is over the fp16 reference: it does not rank beside fp32 ones). A passed result flagged
+    `no_custom_kernel` (or another of UNRANKED_CHECKS) counts for fast_p at p = 0 (it is correct) but is not ranked.
 
     Give it results of one device class: CPU and GPU speedups are not comparable.
     """
-    groups: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str], list[Scored]] = defaultdict(list)
     for s in results:
-        groups[(s.problem_id, s.submitter, s.model)].append(s)
-    per_problem: dict[str, list[tuple[Scored, int]]] = defaultdict(list)
-    for (problem, _, _), group in groups.items():
+        groups[(s.problem_id, s.precision, s.submitter, s.model)].append(s)
+    per_problem: dict[tuple[str, str], list[tuple[Scored, int]]] = defaultdict(list)
+    for (problem, prec, _, _), group in groups.items():
         top = best([s for s in group if s.rankable], baseline)
         if top is not None:
-            per_problem[problem].append((top, len(group)))
+            per_problem[(problem, prec)].append((top, len(group)))
     rows: list[LeaderboardRow] = []
-    for problem in sorted(per_problem):
-        ranked = sorted(per_problem[problem], key=lambda pair: _rank_key(pair[0], baseline))
+    for problem, prec in sorted(per_problem, key=lambda key: (key[0], PRECISIONS.index(key[1]))):
+        ranked = sorted(per_problem[(problem, prec)], key=lambda pair: _rank_key(pair[0], baseline))
         for rank, (s, n) in enumerate(ranked, 1):
             rows.append(LeaderboardRow(
                 rank=rank, problem_id=problem, submitter=s.submitter, model=s.model, submission_id=s.submission_id,
                 speedup_vs_eager=s.speedup_vs_eager, speedup_vs_compile=s.speedup_vs_compile,
-                candidate_ms=s.candidate_ms, device_name=s.device_name, size=s.size, created_at=s.created_at,
-                submissions=n, flags=s.flags))
+                candidate_ms=s.candidate_ms, device_name=s.device_name, size=s.size, precision=s.precision,
+                created_at=s.created_at, submissions=n, flags=s.flags))
     return rows
 
 

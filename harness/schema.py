@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 # rtol values at which the judge records the smallest atol that would pass (see OutputFigures).
 RTOL_GRID: tuple[float, ...] = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
+# The dtype an evaluation casts the problem's inputs and both models to (harness/precision.py), KernelBench's names.
+Precision = Literal["fp32", "fp16", "bf16"]
+
 
 class Tolerance(BaseModel):
     atol: float = Field(gt=0)
@@ -55,7 +58,7 @@ class OutputFigures(BaseModel):
     ref_err_vs_fp64: float | None = None
     rel_l2_vs_fp64: float | None = None  # ||a-g|| / ||g||
     ref_rel_l2_vs_fp64: float | None = None
-    # An element is within the tolerance when it is within it of the fp32 reference b or of the float64 truth g: the
+    # An element is within the tolerance when it is within it of the reference b or of the float64 truth g: the
     # reference's own rounding (a long sum, then a normalisation that magnifies it) can put a correct element outside
     # the tolerance of b. The figures of that rule, where there is a truth (grading.within_tolerance):
     max_rel_err_or_fp64: float | None = None  # max over elements of min(|a-b| / (1+|b|), |a-g| / (1+|g|))
@@ -331,6 +334,7 @@ class ProblemRef(BaseModel):
     kernelbench_id: str | None = None
     size: str
     source: str
+    precision: Precision = "fp32"  # results stored before there was a choice ran at fp32
 
 
 class Provenance(BaseModel):

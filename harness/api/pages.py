@@ -19,11 +19,12 @@ from harness import reporting
 from harness.api import charts
 from harness.db import queries
 from harness.db.models import UNFINISHED_STATUSES, Result, ResultOrigin, Submission
+from harness.precision import DEFAULT_PRECISION, PRECISIONS
 from harness.problems import Registry
 from harness.problems.spec import ProblemSpec
 from harness.reporting import Scored
 from harness.schema import Tolerance
-from harness.service.boards import BOARDS, board_results
+from harness.service.boards import BOARDS, boards_by_precision
 from harness.verdicts import Verdict
 
 DEVICES = BOARDS
@@ -38,6 +39,11 @@ VERDICT_COLOURS = {
     "infra_error": "#bdc3c7", "pending": "#d0d7de",
 }
 VERDICT_ORDER = [v.value for v in Verdict]
+
+
+def pick_precision(requested: str | None) -> str:
+    """The precision a page shows: the one asked for where it is one, else fp32 (the default of every evaluation)."""
+    return requested if requested in PRECISIONS else DEFAULT_PRECISION
 
 
 def pick_device(requested: str | None, present: set[str | None]) -> str:
@@ -98,6 +104,8 @@ def _better(cur: Best | None, speedup: float | None, s: Scored) -> Best | None:
 class HomePage:
     device: str
     devices_present: list[str]
+    precision: str
+    precisions_present: list[str]
     baseline: str
     by: str
     problems: list[ProblemSummary]
@@ -125,8 +133,10 @@ def fast_p_series(results: Sequence[Scored], by: str, baseline: reporting.Baseli
 
 
 def home_page(session: Session, registry: Registry, *, device: str | None, baseline: reporting.Baseline, by: str,
-              sort: str, descending: bool) -> HomePage:
-    boards = board_results(session, registry)
+              sort: str, descending: bool, precision: str | None = None) -> HomePage:
+    by_precision = boards_by_precision(session, registry)
+    prec = pick_precision(precision)
+    boards = by_precision[prec]
     present = {board for board, results in boards.items() if results}
     dev = pick_device(device, present)
     results = boards[dev]
@@ -155,7 +165,8 @@ def home_page(session: Session, registry: Registry, *, device: str | None, basel
                        len(best)))
     title = f"fast_p vs {'torch.compile' if baseline == 'compile' else 'eager'}, one line per {by}"
     problems = sort_rows(list(summaries.values()), sort, descending, HOME_SORTS)
-    return HomePage(device=dev, devices_present=sorted(present), baseline=baseline,
+    return HomePage(device=dev, devices_present=sorted(present), baseline=baseline, precision=prec,
+                    precisions_present=[p for p in PRECISIONS if any(by_precision[p].values())],
                     by=by, problems=problems, fast_p_svg=charts.fast_p_chart(series, 3.0, title), legend=legend,
                     totals={"submissions": sum(t for t, _ in counts.values()), "results": len(results)})
 
@@ -172,6 +183,7 @@ class ResultRow:
     message: str | None
     device: str | None
     device_name: str | None
+    precision: str
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
     candidate_ms: float | None
@@ -207,7 +219,7 @@ def result_row(sub: Submission, res: Result | None) -> ResultRow:
     return ResultRow(
         submission_id=sub.id, submitter=sub.submitter, model=sub.model, status=sub.status, verdict=sub.verdict,
         message=res.message if res else None, device=res.device if res else None,
-        device_name=res.device_name if res else None,
+        device_name=res.device_name if res else None, precision=res.precision if res else sub.precision,
         speedup_vs_eager=res.speedup_vs_eager if res else None,
         speedup_vs_compile=res.speedup_vs_compile if res else None,
         candidate_ms=res.candidate_ms if res else None, created_at=sub.created_at,
@@ -223,6 +235,8 @@ class ProblemPage:
     spec: ProblemSpec
     device: str
     devices_present: list[str]
+    precision: str
+    precisions_present: list[str]
     rows: list[ResultRow]
     shown_of: int
     models: list[str]
@@ -236,11 +250,15 @@ class ProblemPage:
 
 
 def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, device: str | None, model: str | None,
-                 verdict: str | None, sort: str, descending: bool) -> ProblemPage:
+                 verdict: str | None, sort: str, descending: bool, precision: str | None = None) -> ProblemPage:
     pairs, _ = queries.list_submissions(session, queries.SubmissionFilter(problem_id=spec.id), limit=ROW_LIMIT,
                                         offset=0, with_text=False)
     rows = [result_row(sub, res) for sub, res in pairs
             if res is None or res.problem_version == spec.version]
+    # Results of one precision at a time, as the boards rank them (an fp16 speedup is over the fp16 reference).
+    precisions_present = [p for p in PRECISIONS if any(r.precision == p for r in rows)]
+    prec = pick_precision(precision)
+    rows = [r for r in rows if r.precision == prec]
     dev = pick_device(device, {r.device for r in rows if r.verdict})
     # This page lists the problem's submissions: one that never ran (queued, invalid) is on no board, so
     # it is listed under either device, and only the boards (home page, /api/leaderboard) leave it out.
@@ -266,10 +284,12 @@ def problem_page(session: Session, registry: Registry, spec: ProblemSpec, *, dev
     shown = [r for r in rows if (model is None or r.model == model) and (
         verdict is None or (r.verdict or "pending") == verdict or (verdict == "pending" and r.verdict is None))]
     return ProblemPage(
-        spec=spec, device=dev, devices_present=sorted({r.device for r in rows if r.device}),
+        spec=spec, device=dev, devices_present=sorted({r.device for r in rows if r.device}), precision=prec,
+        precisions_present=precisions_present,
         rows=sort_rows(shown, sort, descending, PROBLEM_SORTS), shown_of=len(rows), models=models,
         verdicts=verdicts, pending=pending, verdict_svg=charts.stacked_bar(shares, "verdict breakdown"),
         speedup_svg=charts.speedup_strips(strips, "speedup vs eager of ranked results, one row per model"),
-        baselines=[b for b in queries.baseline_times(session, spec.id, spec.version) if b.device == dev],
+        baselines=[b for b in queries.baseline_times(session, spec.id, spec.version)
+                   if b.device == dev and b.precision == prec],
         degenerate=[d for d in queries.degenerate_at(session, spec.id, spec.version) if d.device == dev],
         filters={"model": model, "verdict": verdict})

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from harness.db.queries import BaselineTime, DegenerateAt
 from harness.reporting import FastPRow, LeaderboardRow
-from harness.schema import Flag, ProblemRef, Provenance, TimingStats, Tolerance
+from harness.schema import Flag, Precision, ProblemRef, Provenance, TimingStats, Tolerance
 from harness.verdicts import Verdict
 
 T = TypeVar("T")
@@ -53,6 +53,9 @@ class SubmissionCreate(BaseModel):
     model: str = Field(min_length=1, max_length=200, description="The model that wrote the kernel.")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form JSON kept with the submission.")
+    precision: Precision = Field("fp32", description="What to evaluate at, as KernelBench does: the problem's "
+                                 "floating-point inputs and both models' parameters cast to fp32, fp16 or bf16, "
+                                 "graded at that precision's tolerance, ranked apart from the others.")
 
     @field_validator("problem", "source", "reply", "submitter", "model", "tags", "metadata")
     @classmethod
@@ -125,6 +128,7 @@ class SubmissionSummary(BaseModel):
     submitter: str
     model: str
     tags: list[str]
+    precision: Precision
     created_at: datetime
     status: str
     verdict: str | None
@@ -155,6 +159,7 @@ class SubmissionPublic(BaseModel):
     metadata: dict[str, Any]
     text_kind: str
     text: str
+    precision: Precision
     created_at: datetime
     status: str = Field(description="queued, compiling, running or done (of its latest evaluation).")
     position: int | None = Field(description="Place in the queue while queued.")
@@ -185,6 +190,7 @@ class ProblemPublic(BaseModel):
     name: str
     description: str
     tolerance: Tolerance
+    tolerances: dict[str, Tolerance] = Field(description="The tolerance at each precision (fp32's is `tolerance`).")
     sizes: dict[str, SizePublic]
     compile_timeout_s: float
     run_timeout_s: float
@@ -212,6 +218,7 @@ class Board(BaseModel):
 class LeaderboardPublic(BaseModel):
     problem: str | None
     baseline: str
+    precision: Precision = Field(description="The boards' results all ran at this precision.")
     thresholds: list[float]
     gpu: Board
     cpu: Board = Field(description="CPU results (small sizes), ranked apart from GPU results.")

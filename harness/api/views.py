@@ -15,6 +15,7 @@ from harness.api.schemas import (
     WorkerSilence,
 )
 from harness.db.models import ACTIVE_STATUSES, Job, Result, Submission
+from harness.precision import PRECISIONS
 from harness.problems.spec import ProblemSpec
 from harness.schema import EvalResult, Tolerance
 
@@ -69,7 +70,8 @@ def submission_public(sub: Submission, result: Result | None, job: Job | None, p
     return SubmissionPublic(
         id=sub.id, problem_id=sub.problem_id, problem_version=sub.problem_version, submitter=sub.submitter,
         model=sub.model, tags=sub.tags, metadata=sub.meta, text_kind=sub.text_kind, text=sub.text,
-        created_at=sub.created_at, status=sub.status, position=position, attempts=job.attempts if job else 0,
+        precision=sub.precision, created_at=sub.created_at, status=sub.status, position=position,
+        attempts=job.attempts if job else 0,
         verdict=sub.verdict, waiting=waiting, result=result_public(result) if result else None,
     )
 
@@ -77,7 +79,7 @@ def submission_public(sub: Submission, result: Result | None, job: Job | None, p
 def submission_summary(sub: Submission, result: Result | None) -> SubmissionSummary:
     return SubmissionSummary(
         id=sub.id, problem_id=sub.problem_id, submitter=sub.submitter, model=sub.model, tags=sub.tags,
-        created_at=sub.created_at, status=sub.status, verdict=sub.verdict,
+        precision=sub.precision, created_at=sub.created_at, status=sub.status, verdict=sub.verdict,
         message=result.message if result else None, device=result.device if result else None,
         tolerance=Tolerance(atol=result.atol, rtol=result.rtol) if result else None,
         speedup_vs_eager=result.speedup_vs_eager if result else None,
@@ -89,6 +91,7 @@ def problem_public(spec: ProblemSpec) -> ProblemPublic:
     return ProblemPublic(
         id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, name=spec.name,
         description=spec.description, tolerance=spec.tolerance,
+        tolerances={p: spec.tolerance_at(p) for p in PRECISIONS},
         sizes={k: SizePublic(overrides=v.overrides, flops=v.flops, min_bytes=v.min_bytes)
                for k, v in spec.sizes.items()},
         compile_timeout_s=spec.compile_timeout_s, run_timeout_s=spec.run_timeout_s, init_args=spec.init_arg_names,

@@ -9,6 +9,8 @@ import typer
 
 from harness.cli.common import ProblemsDirOption, find_problem, require_cuda
 from harness.config import get_settings
+from harness.precision import PRECISIONS
+from harness.precision import check as check_precision
 from harness.problems.spec import V01_TOLERANCE
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult, Tolerance
@@ -25,6 +27,8 @@ def eval_command(
     atol: float = typer.Option(None, "--atol", help="Override the problem's absolute tolerance."),
     rtol: float = typer.Option(None, "--rtol", help="Override the problem's relative tolerance."),
     v01: bool = typer.Option(False, "--v01-tolerance", help="Use KernelBench v0.1's atol=rtol=1e-2."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16: the problem's inputs and both "
+                                  "models cast to it (as KernelBench does), graded at its tolerance."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
     compile_baseline: str = typer.Option(None, "--compile-baseline",
                                          help="auto | on | off: also time torch.compile of the reference."),
@@ -40,17 +44,20 @@ def eval_command(
       harness eval -p gemm-groupnorm-hardtanh -s reply.txt --device cpu --size small --json
 
       harness eval -p myprob/level1/1_Add.py -s my_kernel.py    # a problem file of your own
+      harness eval -p level2/75 -s my_fp16_kernel.py --precision fp16
     """
     if device not in ("auto", "cpu", "cuda"):
         raise typer.BadParameter("use auto, cpu or cuda", param_hint="--device")
     if compile_baseline not in (None, "auto", "on", "off"):
         raise typer.BadParameter("use auto, on or off", param_hint="--compile-baseline")
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"use {', '.join(PRECISIONS)}", param_hint="--precision")
     spec = find_problem(problems_dir, problem)
     if size not in ("auto", *spec.sizes):
         raise typer.BadParameter(f"problem {spec.id} has sizes: {', '.join(spec.sizes)}", param_hint="--size")
     tolerance = V01_TOLERANCE if v01 else None
     if atol is not None or rtol is not None:
-        base = tolerance or spec.tolerance
+        base = tolerance or spec.tolerance_at(precision)
         tolerance = Tolerance(atol=atol if atol is not None else base.atol,
                               rtol=rtol if rtol is not None else base.rtol)
     if device == "cuda":
@@ -58,7 +65,8 @@ def eval_command(
     text = submission.read_bytes().decode("utf-8", errors="replace")
     typer.echo(f"evaluating {submission} against {spec.id} ...", err=True)
     result = evaluate(spec, text, EvalOptions(device=device, size=size, tolerance=tolerance, trials=trials,
-                                              timing=not no_timing, compile_baseline=compile_baseline))
+                                              timing=not no_timing, compile_baseline=compile_baseline,
+                                              precision=check_precision(precision)))
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -78,6 +86,7 @@ def render(r: EvalResult) -> str:
     lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
              f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'})"
              + (f", size {r.problem.size}" if p is not None else ""),  # no size where nothing ran
+             f"precision:  {r.problem.precision}",
              f"tolerance:  {r.tolerance}"]
     if p is not None:
         lines.append(f"device:     {p.device} {p.device_name}"

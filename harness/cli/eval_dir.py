@@ -20,6 +20,7 @@ from harness.cli.reeval import follow_jobs
 from harness.config import Settings
 from harness.db.session import Database
 from harness.kernelbench_format import BaselineFile
+from harness.precision import PRECISIONS
 from harness.problems import Registry, get_registry
 from harness.service import batch as batch_mod
 from harness.service.devices import SlotError
@@ -33,7 +34,7 @@ def _fmt(x: float | None) -> str:
 
 
 def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
-    console.print(f"{rep.run}: {rep.model} ({rep.submitter})", soft_wrap=True)
+    console.print(f"{rep.run}: {rep.model} ({rep.submitter}), at {rep.precision}", soft_wrap=True)
     table = Table()
     for col, width in (("problem", 10), ("sample", 6), ("verdict", 18), ("vs eager", 8), ("vs compile", 10)):
         table.add_column(col, no_wrap=True, min_width=width)
@@ -202,6 +203,8 @@ def eval_dir_command(
     resume: bool = typer.Option(False, "--resume", help="Evaluate only the files without a finished result for the "
                                 "same source and model in the database (from an earlier run of the folder, stopped "
                                 "with Ctrl-C or not); the report shows those results beside the new ones."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16: every sample evaluated with "
+                                  "the inputs and both models cast to it (as KernelBench does), at its tolerance."),
     problems_dir: Path = ProblemsDirOption,
     database_url: str = typer.Option(None, "--database-url"),
     log_level: str = typer.Option("warning", "--log-level"),
@@ -229,6 +232,8 @@ def eval_dir_command(
     Ctrl-C stops the run: the table so far is printed (and the JSON written), and this run's unfinished
     evaluations are taken out of the queue.
     """
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"use {', '.join(PRECISIONS)}", param_hint="--precision")
     setup_logging(log_level)
     console = Console(stderr=False)
     settings = settings_with(database_url=database_url, problems_dir=problems_dir)
@@ -246,7 +251,7 @@ def eval_dir_command(
     if len(known) < len(gens):
         typer.echo(unknown_warning([g for g in gens if g.spec is None]), err=True)
     db = Database(settings)
-    reused = batch_mod.finished_before(db, known, model=model) if resume else {}
+    reused = batch_mod.finished_before(db, known, model=model, precision=precision) if resume else {}
     if resume:
         typer.echo(f"--resume: {len(reused)} files have a result for the same source already; "
                    f"{len(known) - len(reused)} to evaluate", err=True)
@@ -258,11 +263,12 @@ def eval_dir_command(
         except (SlotError, RuntimeError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-    batch, by_job = batch_mod.store(db, settings, to_run, run=run, submitter=submitter, model=model)
+    batch, by_job = batch_mod.store(db, settings, to_run, run=run, submitter=submitter, model=model,
+                                    precision=precision)
 
     def snapshot() -> batch_mod.EvalDirReport:
         return batch_mod.report(db, batch, gens, run=run, folder=folder, submitter=submitter, model=model,
-                                reused=list(reused.values()))
+                                reused=list(reused.values()), precision=precision)
 
     def save(_done: int = 0) -> None:
         if json_out is not None:  # as each result comes: a run stopped or killed keeps what it had

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.common import ProblemsDirOption, find_problem, registry, si
+from harness.precision import PRECISIONS
 from harness.problems.spec import module_constants
 
 app = typer.Typer(help="List and inspect problems.", no_args_is_help=True)
@@ -48,7 +49,7 @@ def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (
     if spec.description:
         typer.echo(f"  {spec.description}")
     typer.echo(f"  file:        {spec.source_path}")
-    typer.echo(f"  tolerance:   {spec.tolerance}")
+    typer.echo("  tolerance:   " + ", ".join(f"{spec.tolerance_at(p)} at {p}" for p in PRECISIONS))
     typer.echo(f"  time limits: compile {spec.compile_timeout_s:g} s, run {spec.run_timeout_s:g} s")
     typer.echo(f"  constructor: Model({', '.join(spec.init_arg_names)})")
     if spec.stochastic:

@@ -15,6 +15,8 @@ from rich.table import Table
 
 from harness.cli.common import require_cuda
 from harness.config import get_settings
+from harness.precision import PRECISIONS
+from harness.precision import check as check_precision
 from harness.problems import get_registry
 from harness.service import selfcheck as sc
 
@@ -32,7 +34,9 @@ def render(rows: list[sc.SelfcheckRow], console: Console) -> None:
                       "" if r.verdict == "passed" else r.message)
     console.print(table)
     passed = sum(r.verdict == "passed" for r in rows)
-    console.print(f"{passed}/{len(rows)} passed their own evaluation", soft_wrap=True)
+    at = sorted({r.precision for r in rows})
+    console.print(f"{passed}/{len(rows)} passed their own evaluation" + (f" at {', '.join(at)}" if at else ""),
+                  soft_wrap=True)
 
 
 def selfcheck_command(
@@ -53,6 +57,8 @@ def selfcheck_command(
     budget_ms: float = typer.Option(20.0, "--budget-ms", min=0.01, help="Reduce each problem until one "
                                     "forward pass is estimated to take about this long."),
     seed: int = typer.Option(None, "--seed", help="Fix the evaluations' secret seeds (to reproduce a run)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16: inputs, parameters and both "
+                                  "models cast to it, graded at its tolerance (KernelBench's)."),
 ) -> None:
     """Resubmit each problem's reference as its own ModelNew and evaluate it: every one should pass.
 
@@ -67,6 +73,8 @@ def selfcheck_command(
       nohup harness selfcheck --problems-dir ~/KernelBench/KernelBench --jobs 2 --json aa.json --resume &
 
       harness selfcheck --problems-dir ~/KernelBench/KernelBench --device cuda --sample level1/ --json gpu.json
+
+      harness selfcheck --problems-dir harness/problems/kernelbench --device cuda --precision bf16
     """
     if device not in ("cpu", "cuda"):
         typer.echo(f"error: --device must be cpu or cuda, not {device!r}", err=True)
@@ -80,6 +88,9 @@ def selfcheck_command(
             typer.echo(f"note: --jobs {jobs} runs {jobs} evaluations on one GPU at once: they share its memory (each "
                        "holds its trials' outputs there) and the scratch disk, and disturb each other's timed "
                        "windows; quote A/A speedups from --jobs 1", err=True)
+    if precision not in PRECISIONS:
+        typer.echo(f"error: --precision must be one of {', '.join(PRECISIONS)}, not {precision!r}", err=True)
+        raise typer.Exit(2)
     problems_dir = problems_dir.resolve()
     names = list(sc.CI_SAMPLE) if sample == "ci" else [s.strip() for s in (sample or "").split(",") if s.strip()]
     try:
@@ -88,9 +99,10 @@ def selfcheck_command(
         typer.echo(f"error: {e.args[0]}", err=True)
         raise typer.Exit(2) from None
     options = sc.SelfcheckOptions(device=device, reduce=None if sizes == "auto" else sizes == "reduced",
-                                  forward_budget_s=budget_ms / 1e3, jobs=jobs, seed=seed)
+                                  forward_budget_s=budget_ms / 1e3, jobs=jobs, seed=seed,
+                                  precision=check_precision(precision))
     done = sc.load_rows(json_out) if (json_out is not None and resume) else []
-    done = [r for r in done if r.problem in {s.id for s in specs}]
+    done = [r for r in done if r.problem in {s.id for s in specs} and r.precision == precision]
     todo = [s for s in specs if s.id not in {r.problem for r in done}]
     report = sc.SelfcheckReport(command=shlex.join(["harness", *sys.argv[1:]]), commit=sc.current_commit(),
                                 host=socket.gethostname(), device=device, jobs=jobs, rows=done,

@@ -115,6 +115,7 @@ class NewSubmission:
     tags: list[str]
     meta: dict[str, Any]
     created_at: datetime | None = None  # None: now; a batch import may keep the time a run was made
+    precision: str = "fp32"  # what it is evaluated at (harness/precision.py)
 
 
 def _unfinished_count(session: Session, token: Token | None) -> int:
@@ -144,7 +145,8 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
         if queue_limit is not None and _unfinished_count(session, token) >= queue_limit:
             raise QueueLimitReached(queue_limit)
         sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
-                         text_kind=new.text_kind, submitter=_text(new.submitter), model=_text(new.model), tags=new.tags,
+                         text_kind=new.text_kind, precision=new.precision, submitter=_text(new.submitter),
+                         model=_text(new.model), tags=new.tags,
                          meta=new.meta, token_id=token.id if token else None, status=JobStatus.queued.value,
                          created_at=new.created_at or db_now(session))
         session.add(sub)
@@ -226,7 +228,8 @@ def _result_row(submission_id: int, job_id: int | None, origin: ResultOrigin, r:
     return Result(
         submission_id=submission_id, job_id=job_id, origin=origin.value, regraded_from=regraded_from,
         verdict=r.verdict.value, message=_text(r.message), problem_id=r.problem.id, problem_version=r.problem.version,
-        size=r.problem.size, device=prov.device if prov else None, device_name=prov.device_name if prov else None,
+        size=r.problem.size, precision=r.problem.precision, device=prov.device if prov else None,
+        device_name=prov.device_name if prov else None,
         atol=r.tolerance.atol, rtol=r.tolerance.rtol, speedup_vs_eager=r.speedup_vs_eager,
         speedup_vs_compile=r.speedup_vs_compile,
         candidate_ms=obs.candidate_timing.median_ms if obs.candidate_timing else None,
@@ -281,6 +284,7 @@ class ClaimedJob:
     problem_id: str
     text: str
     priority: int = 0  # the job's (fresh submissions 0, re-evaluations below)
+    precision: str = "fp32"  # the submission's
 
 
 def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | None = None) -> ClaimedJob | None:
@@ -309,11 +313,11 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
         session.commit()
         return None
     job_id, sub_id, attempts, max_attempts, priority = row
-    problem_id, text = session.execute(select(Submission.problem_id, Submission.text)
-                                       .where(Submission.id == sub_id)).one()
+    problem_id, text, precision = session.execute(select(Submission.problem_id, Submission.text, Submission.precision)
+                                                  .where(Submission.id == sub_id)).one()
     session.execute(update(Submission).where(Submission.id == sub_id).values(status=JobStatus.compiling.value))
     session.commit()
-    return ClaimedJob(job_id, token, sub_id, attempts, max_attempts, problem_id, text, priority)
+    return ClaimedJob(job_id, token, sub_id, attempts, max_attempts, problem_id, text, priority, precision)
 
 
 def heartbeat(session: Session, worker_id: str, claim_tokens: Iterable[str], lease_s: float) -> set[str]:

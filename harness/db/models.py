@@ -79,6 +79,8 @@ class Submission(Base):
     problem_version: Mapped[int] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)  # exactly what was submitted: a source file or an LLM reply
     text_kind: Mapped[str] = mapped_column(String(8))  # "source" | "reply"
+    # What it is evaluated at (harness/precision.py); what was stored before there was a choice ran at fp32.
+    precision: Mapped[str] = mapped_column(String(8), default="fp32", server_default="fp32")
     submitter: Mapped[str] = mapped_column(String(100), index=True)
     model: Mapped[str] = mapped_column(String(200), index=True)
     tags: Mapped[list[str]] = mapped_column(default=list)
@@ -128,6 +130,7 @@ class Result(Base):
     problem_id: Mapped[str] = mapped_column(String(200), index=True)
     problem_version: Mapped[int] = mapped_column(Integer)
     size: Mapped[str] = mapped_column(String(32))
+    precision: Mapped[str] = mapped_column(String(8), default="fp32", server_default="fp32")  # ranked apart
     device: Mapped[str | None] = mapped_column(String(8), index=True)  # "cpu" | "cuda"; None: nothing ran
     device_name: Mapped[str | None] = mapped_column(String(200))
     atol: Mapped[float]

@@ -146,6 +146,7 @@ class BaselineTime(BaseModel):
     device: str
     device_name: str | None
     size: str
+    precision: str = "fp32"  # the reference ran at it: an fp16 reference's time is another
     eager_ms: float | None
     compile_ms: float | None
     eager_measurements: int  # how many vouched measurements eager_ms is the median of
@@ -159,20 +160,20 @@ def baseline_times(session: Session, problem_id: str, problem_version: int) -> l
     timed beside each candidate that got that far): the median of the vouched ones, with how many there were.
     The latest alone may be one the harness refused to vouch for (15 ms where every other run gave 0.15 ms)."""
     rows = session.execute(
-        select(Result.device, Result.device_name, Result.size, Result.eager_ms, Result.compile_ms, Result.created_at,
-               Result.verdict, Result.flags)
+        select(Result.device, Result.device_name, Result.size, Result.precision, Result.eager_ms, Result.compile_ms,
+               Result.created_at, Result.verdict, Result.flags)
         .where(Result.problem_id == problem_id, Result.problem_version == problem_version,
                Result.eager_ms.is_not(None), Result.device.is_not(None))
         .order_by(Result.id.desc())).all()
-    groups: dict[tuple[str, str | None, str], list[Any]] = {}
+    groups: dict[tuple[str, str | None, str, str], list[Any]] = {}
     for row in rows:
-        groups.setdefault((row.device, row.device_name, row.size), []).append(row)
+        groups.setdefault((row.device, row.device_name, row.size, row.precision), []).append(row)
     out = []
-    for (device, name, size), group in groups.items():
+    for (device, name, size, prec), group in groups.items():
         vouched = [r for r in group if reference_vouched(r.verdict, r.flags or [])]
         eager = [r.eager_ms for r in vouched]
         comp = [r.compile_ms for r in vouched if r.compile_ms is not None]
-        out.append(BaselineTime(device=device, device_name=name, size=size,
+        out.append(BaselineTime(device=device, device_name=name, size=size, precision=prec,
                                 eager_ms=statistics.median(eager) if eager else None,
                                 compile_ms=statistics.median(comp) if comp else None, eager_measurements=len(eager),
                                 compile_measurements=len(comp), unvouched=len(group) - len(vouched),

@@ -8,10 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness import precision as precisions
 from harness.problems.sizes import read_constants
 from harness.schema import Tolerance
 
-DEFAULT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)  # KernelBench today, fp32
+DEFAULT_TOLERANCE = precisions.KERNELBENCH_TOLERANCE["fp32"]  # KernelBench today, fp32
 V01_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)  # the KernelBench v0.1 tier
 
 
@@ -20,7 +21,13 @@ class SizeVariant(BaseModel):
 
     overrides: dict[str, Any] = Field(default_factory=dict)
     flops: float | None = None  # for the speed-of-light floor
-    min_bytes: float | None = None  # each input, parameter and output touched once
+    min_bytes: float | None = None  # each input, parameter and output touched once, counted at fp32 (4 bytes)
+
+    def min_bytes_at(self, precision: str) -> float | None:
+        """`min_bytes` at `precision`: its floating-point elements take ELEMENT_BYTES each there, not 4."""
+        if self.min_bytes is None:
+            return None
+        return self.min_bytes * precisions.ELEMENT_BYTES[precisions.check(precision)] / 4
 
 
 class ProblemSpec(BaseModel):
@@ -41,6 +48,10 @@ class ProblemSpec(BaseModel):
     # The reference's parameters and buffers are drawn fresh for each evaluation (harness/sandbox/parameters.py);
     # these state-dict names (or prefixes) keep the problem's own initialisation, where their domain matters.
     fixed_parameters: list[str] = Field(default_factory=list)
+
+    def tolerance_at(self, precision: str) -> Tolerance:
+        """The tolerance of an evaluation at `precision` (precision.tolerance): `tolerance` is fp32's."""
+        return precisions.tolerance(self.tolerance, precision)
 
     def size(self, name: str) -> SizeVariant:
         try:

@@ -237,6 +237,9 @@ class _Session:
     def parameters(self, cmd: LoadParameters) -> dict[str, Any]:
         assert self.model is not None
         reference = torch.load(self.req.exchange_dir / PARAMETERS_FILE, weights_only=True, mmap=True)  # read as copied
+        # At the evaluation's precision before the copy, as the reference was (KernelBench casts ModelNew the same way):
+        # its tensors then have the reference's dtypes, which matching requires.
+        self.model = self.model.to(problem_module.dtype_of(self.req.problem.precision))
         state = copy_matching_state(self.model, reference["state_dict"])
         self.model = self.model.to(self.device)
         self.check_flags("construct")

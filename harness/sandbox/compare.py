@@ -43,7 +43,7 @@ def float64_forward(model64: torch.nn.Module | None, inputs: list[Any]) -> Any:
 
 
 def outside_tolerance(check: dict[str, Any]) -> bool:
-    """Whether a judged output has finite elements outside the tolerance of the fp32 reference."""
+    """Whether a judged output has finite elements outside the tolerance of the reference."""
     return any(o.get("mismatches_at_eval_tolerance") and not o.get("nonfinite_mismatches")
                for o in check.get("outputs", []))
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from harness.precision import DTYPE_NAMES
 from harness.sandbox.protocol import ProblemLoad
 
 
@@ -20,6 +22,30 @@ def save_without_checksums() -> None:
     outputs): it was most of a save's time (256 MB on a 2-core VM: 0.53 s with it, 0.21 s without), torch.load
     never reads it, and the files live minutes on one machine."""
     torch.serialization.set_crc32_options(False)
+
+
+def dtype_of(precision: str) -> torch.dtype:
+    """The torch dtype of a precision (harness.precision)."""
+    dtype = getattr(torch, DTYPE_NAMES[precision])
+    assert isinstance(dtype, torch.dtype)
+    return dtype
+
+
+def cast(obj: Any, dtype: torch.dtype) -> Any:
+    """Floating-point tensors, alone or in lists and tuples, as `dtype`; anything else (an index, a mask, a number) as
+    it is. A tensor already of `dtype` is itself, not a copy."""
+    if isinstance(obj, torch.Tensor) and obj.is_floating_point():
+        return obj.to(dtype)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cast(o, dtype) for o in obj)
+    return obj
+
+
+def _at_precision(fn: Callable[[], Any], dtype: torch.dtype) -> Callable[[], Any]:
+    def made_at_precision() -> Any:
+        return cast(fn(), dtype)
+
+    return made_at_precision
 
 
 def load_problem(load: ProblemLoad, module_name: str = "_harness_problem") -> ModuleType:
@@ -38,6 +64,11 @@ def load_problem(load: ProblemLoad, module_name: str = "_harness_problem") -> Mo
     for fn in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, fn):
             raise AttributeError(f"problem file {load.path.name} defines no {fn}")
+    # Every caller (the trials, the timed windows on both sides, the size probe) makes the inputs at the evaluation's
+    # precision through these, as KernelBench casts what get_inputs() and get_init_inputs() return.
+    dtype = dtype_of(load.precision)
+    module.get_inputs = _at_precision(module.get_inputs, dtype)
+    module.get_init_inputs = _at_precision(module.get_init_inputs, dtype)
     return module
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.schema import StateDictCopy
+from harness.schema import Precision, StateDictCopy
 
 MAX_MESSAGE_BYTES = 1 << 20
 
@@ -43,10 +43,12 @@ def handover_file(window: int, call: int) -> str:
 
 
 class ProblemLoad(BaseModel):
-    """How a child loads the problem module: by path, with size overrides applied to its constants."""
+    """How a child loads the problem module: by path, with size overrides applied to its constants, its inputs made at
+    a precision (problem_module.load_problem)."""
 
     path: Path
     overrides: dict[str, Any] = Field(default_factory=dict)
+    precision: Precision = "fp32"
 
 
 # --- the trusted child ---------------------------------------------------------------------------------

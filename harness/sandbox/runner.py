@@ -63,6 +63,7 @@ from harness.schema import (
     EvalResult,
     KernelTrace,
     Observations,
+    Precision,
     ProblemRef,
     Provenance,
     SpeedOfLight,
@@ -109,7 +110,8 @@ class _Phases:
 class EvalOptions:
     device: str = "auto"  # auto | cpu | cuda
     size: str = "auto"  # auto (default on CUDA, small on CPU where the problem has one) or a size name
-    tolerance: Tolerance | None = None  # the problem's own when None
+    tolerance: Tolerance | None = None  # the problem's own at the precision when None
+    precision: Precision = "fp32"  # inputs, parameters and both models cast to it (harness/precision.py)
     trials: int | None = None
     timing: bool = True
     compile_baseline: str | None = None  # auto | on | off; settings' when None
@@ -140,7 +142,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     settings = settings or get_settings()
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    tolerance = options.tolerance or spec.tolerance
+    tolerance = options.tolerance or spec.tolerance_at(options.precision)
     pool = options.trusted_pool
     spare = pool.take_spare(spare_key(spec, text, options)) if pool is not None else None
     job_id = spare.job_id if spare is not None else artifacts.new_job_id()
@@ -175,7 +177,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     result = EvalResult(
         **g.result_fields(),
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size=size,
-                           source=str(spec.source_path)),
+                           source=str(spec.source_path), precision=options.precision),
         tolerance=tolerance, submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
     )
     (job / "result.json").write_text(result.model_dump_json(indent=2))
@@ -299,7 +301,7 @@ class _Evaluation:
         pool = o.trusted_pool
         extra = {**trusted_cache_env(self.settings), **o.extra_env}
         key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
-               self.spec.model_dump_json(), o.device, o.size, tuple(sorted(extra.items())))
+               self.spec.model_dump_json(), o.device, o.size, o.precision, tuple(sorted(extra.items())))
         self.warm = pool.take(key) if pool is not None else None
         if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
             self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
@@ -548,7 +550,7 @@ class _Evaluation:
             peaks = self.trusted.call({"cmd": "peaks"}, "peaks")
             variant = self.spec.size(self.size)
             # Every output element must be written: its bytes are a floor even where the problem names none.
-            min_bytes = max(variant.min_bytes or 0, prepared["output_bytes"])
+            min_bytes = max(variant.min_bytes_at(self.options.precision) or 0, prepared["output_bytes"])
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
         if self._deferred:  # compared from now on, while the candidate is traced and ends (`handovers_judged`)
@@ -705,7 +707,7 @@ class _Evaluation:
         return _size_for(self.spec, self.options.size, device)
 
     def _load(self, size: str) -> ProblemLoad:
-        return _load(self.spec, size)
+        return _load(self.spec, size, self.options.precision)
 
     def _start_candidate(self, target: Provenance) -> Candidate:
         candidate = _start_candidate(self.spec, self.source, self.options, self.settings, target,
@@ -729,8 +731,8 @@ def _size_for(spec: ProblemSpec, size: str, device: str) -> str:
     return "small" if device == "cpu" and "small" in spec.sizes else "default"
 
 
-def _load(spec: ProblemSpec, size: str) -> ProblemLoad:
-    return ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides)
+def _load(spec: ProblemSpec, size: str, precision: str) -> ProblemLoad:
+    return ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides, precision=precision)
 
 
 def _scratch_layout(work: Path) -> tuple[Path, Path, Path]:
@@ -746,7 +748,7 @@ def spare_key(spec: ProblemSpec, text: str, options: EvalOptions) -> tuple[Any, 
     """What a candidate's process started ahead was made from: an evaluation with another key cannot use it."""
     target = options.target.model_dump_json(exclude={"started_at"}) if options.target is not None else None
     return (spec.id, spec.version, str(spec.source_path), hashlib.sha256(text.encode(errors="replace")).hexdigest(),
-            options.device, options.size, target, tuple(sorted(options.extra_env.items())))
+            options.device, options.size, options.precision, target, tuple(sorted(options.extra_env.items())))
 
 
 def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Settings) -> bool:
@@ -769,8 +771,8 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     try:
         # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
         # source twice in a row), whose lock goes only when it constructs.
-        candidate = _start_candidate(spec, source, options, settings, target,
-                                     _load(spec, _size_for(spec, options.size, target.device)), exchange, cand_home,
+        load = _load(spec, _size_for(spec, options.size, target.device), options.precision)
+        candidate = _start_candidate(spec, source, options, settings, target, load, exchange, cand_home,
                                      job, Observations(), wait_for_build=False)
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):

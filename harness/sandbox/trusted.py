@@ -90,6 +90,13 @@ def _describe(obj: Any) -> str:
     return type(obj).__name__
 
 
+def expected_dtype(exp: torch.Tensor) -> torch.dtype:
+    """The dtype a candidate's output must have: the reference's output's, computed at the evaluation's precision (its
+    inputs and parameters cast to it: float16 at fp16 for a floating-point output; an index output stays int64).
+    The one place that says it: a kernel that computes at fp16 but returns fp32 is a dtype_mismatch."""
+    return exp.dtype
+
+
 def _same_outputs(a: Any, b: Any) -> bool:
     la, lb = _as_list(a), _as_list(b)
     if la is None or lb is None or len(la) != len(lb):
@@ -192,7 +199,8 @@ class Trusted:
         self.module = problem_module.load_problem(cmd.problem)
         self.init_args = list(self.module.get_init_inputs())
         torch.manual_seed(cmd.param_seed)
-        model = self.module.Model(*self.init_args)
+        # At the evaluation's precision, as KernelBench casts it: floating-point parameters and buffers only.
+        model = self.module.Model(*self.init_args).to(problem_module.dtype_of(cmd.problem.precision))
         state = model.state_dict()
         # A lazy module's tensors have no values to restore: such a Model is built anew for every evaluation.
         lazy = any(torch.nn.parameter.is_lazy(v) for v in state.values())
@@ -457,13 +465,13 @@ class Trusted:
     def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None, cmd: Judging) -> dict:
         fig: dict[str, Any] = {
             "index": index, "got_type": type(got).__name__,
-            "expected_shape": list(exp.shape), "expected_dtype": str(exp.dtype).removeprefix("torch."),
+            "expected_shape": list(exp.shape), "expected_dtype": str(expected_dtype(exp)).removeprefix("torch."),
         }
         if type(got) is not torch.Tensor:
             return fig
         fig.update(got_shape=list(got.shape), got_dtype=str(got.dtype).removeprefix("torch."),
                    got_device=self.device.type)
-        if got.shape != exp.shape or got.dtype != exp.dtype:
+        if got.shape != exp.shape or got.dtype != expected_dtype(exp):
             return fig
         fig.update(compare.figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
                                    cmd.atol, cmd.rtol))

@@ -67,8 +67,9 @@ def scan(folder: Path, registry: Registry) -> tuple[list[Generation], list[Path]
 
 
 def store(db: Database, settings: Settings, gens: list[Generation], *, run: str, submitter: str,
-          model: str) -> tuple[str, dict[int, Generation]]:
-    """Store the known generations as submissions in a new batch; returns the batch and them by job id."""
+          model: str, precision: str = "fp32") -> tuple[str, dict[int, Generation]]:
+    """Store the known generations as submissions in a new batch, to be evaluated at `precision`; returns the batch
+    and them by job id."""
     batch = f"eval-dir:{run}:{uuid.uuid4().hex[:8]}"
     by_job: dict[int, Generation] = {}
     with db.session() as s:
@@ -78,7 +79,8 @@ def store(db: Database, settings: Settings, gens: list[Generation], *, run: str,
             text = read_generation(g)
             new = crud.NewSubmission(problem_id=g.spec.id, problem_version=g.spec.version, text=text,
                                      text_kind="source", submitter=submitter, model=model,
-                                     tags=["eval-dir", run], meta={"file": g.path.name, "sample": g.sample, "run": run})
+                                     tags=["eval-dir", run], meta={"file": g.path.name, "sample": g.sample, "run": run},
+                                     precision=precision)
             _, job = crud.create_submission(s, new, token=None, queue_limit=None, max_attempts=settings.max_attempts,
                                             reason="eval-dir", batch=batch)
             by_job[job.id] = g
@@ -90,17 +92,19 @@ def read_generation(g: Generation) -> str:
     return g.path.read_bytes().decode("utf-8", errors="replace")
 
 
-def finished_before(db: Database, gens: list[Generation], *, model: str) -> dict[Path, int]:
+def finished_before(db: Database, gens: list[Generation], *, model: str, precision: str = "fp32"
+                    ) -> dict[Path, int]:
     """The generations of which an earlier run of this file (stopped or not) has a finished result for the same source,
-    problem and model: `--resume` reports those results instead of evaluating them again. A result that is the
-    harness's fault (infra_error) does not count. By file: the submission whose result stands for it."""
+    problem, model and precision: `--resume` reports those results instead of evaluating them again. A result that is
+    the harness's fault (infra_error) does not count. By file: the submission whose result stands for it."""
     found: dict[Path, int] = {}
     with db.session() as s:
         for g in gens:
             if g.spec is None:
                 continue
             same = queries.finished_like(s, g.spec.id, read_generation(g), model)
-            mine = [sub.id for sub in same if (sub.meta or {}).get("file") == g.path.name]
+            mine = [sub.id for sub in same
+                    if (sub.meta or {}).get("file") == g.path.name and sub.precision == precision]
             if mine:
                 found[g.path] = mine[0]
     return found
@@ -151,6 +155,7 @@ class EvalDirReport(BaseModel):
     batch: str
     submitter: str
     model: str
+    precision: str = "fp32"  # every sample of the run was evaluated at it
     thresholds: list[float]
     fast_p_basis: str
     problems: list[ProblemResult]
@@ -160,7 +165,7 @@ class EvalDirReport(BaseModel):
 
 
 def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder: Path, submitter: str,
-           model: str, reused: list[int] | None = None) -> EvalDirReport:
+           model: str, reused: list[int] | None = None, precision: str = "fp32") -> EvalDirReport:
     """The run's report: the batch's submissions, and those of earlier runs that `--resume` reused."""
     with db.session() as s:
         rows = [*queries.batch_results(s, batch), *queries.submissions_with_results(s, reused or [])]
@@ -182,7 +187,7 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
     problems = [ProblemResult(problem_id=p, kernelbench_id=kb_ids.get(p), samples=sorted(v, key=lambda x: x.sample))
                 for p, v in sorted(by_problem.items(), key=lambda kv: (kb_ids.get(kv[0]) or kv[0]))]
     return EvalDirReport(
-        run=run, folder=str(folder), batch=batch, submitter=submitter, model=model,
+        run=run, folder=str(folder), batch=batch, submitter=submitter, model=model, precision=precision,
         thresholds=list(reporting.FAST_P_THRESHOLDS),
         fast_p_basis="the harness's fast_p: the best sample of each problem; problems are those with a result; a "
                      "speedup counts above p = 0 only where its time is vouched for (no timing_unreliable, "

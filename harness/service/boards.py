@@ -2,7 +2,8 @@
 pages share.
 
 A result belongs to the board of the device it ran on: GPU results and CPU results (at the problems' small
-sizes) are not comparable. A result that never ran (an invalid submission: no device) belongs to no
+sizes) are not comparable. Each board is read at one precision (fp32 unless asked): a speedup at fp16 is over the
+fp16 reference, and its tolerance is another. A result that never ran (an invalid submission: no device) belongs to no
 board, and neither does a submission still waiting for its result. The harness's own failures
 (infra_error) count nowhere, nor results for an older version of a problem.
 """
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from harness.db import queries
 from harness.db.models import Result, Submission
+from harness.precision import DEFAULT_PRECISION, PRECISIONS
 from harness.problems import Registry, UnknownProblem
 from harness.reporting import Scored
 from harness.service.outcomes import scored
@@ -39,12 +41,18 @@ def board_of(registry: Registry, sub: Submission, res: Result) -> str | None:
     return res.device if res.device in BOARDS else None
 
 
-def board_results(session: Session, registry: Registry, problem_ids: Sequence[str] | None = None
-                  ) -> dict[str, list[Scored]]:
-    """Every board's results (current results only), each board in BOARDS present, possibly empty."""
-    boards: dict[str, list[Scored]] = {board: [] for board in BOARDS}
+def board_results(session: Session, registry: Registry, problem_ids: Sequence[str] | None = None,
+                  precision: str = DEFAULT_PRECISION) -> dict[str, list[Scored]]:
+    """Every board's results at `precision` (current results only), each board in BOARDS present, possibly empty."""
+    return boards_by_precision(session, registry, problem_ids)[precision]
+
+
+def boards_by_precision(session: Session, registry: Registry, problem_ids: Sequence[str] | None = None
+                        ) -> dict[str, dict[str, list[Scored]]]:
+    """Per precision (each in PRECISIONS), every board's results, as `board_results` gives one precision's."""
+    out: dict[str, dict[str, list[Scored]]] = {p: {board: [] for board in BOARDS} for p in PRECISIONS}
     for sub, res in queries.scored_results(session, problem_ids):
         board = board_of(registry, sub, res)
-        if board is not None:
-            boards[board].append(scored(sub, res))
-    return boards
+        if board is not None and res.precision in out:
+            out[res.precision][board].append(scored(sub, res))
+    return out

@@ -117,8 +117,9 @@ def regrade_matching(s: Session, registry: Registry, f: queries.SubmissionFilter
                      tolerance: Tolerance | None = None, dry_run: bool = False,
                      progress: Progress | None = None) -> RegradeSummary:
     """Grade the current result of each matching submission again, under `tolerance` or its problem's
-    current one. A result whose grading changes gets a new revision (a result row that records where it
-    came from) that becomes current; the old row is kept, so `undo_regrade` can go back to it."""
+    current one at the precision the result ran at. A result whose grading changes gets a new revision (a result
+    row that records where it came from) that becomes current; the old row is kept, so `undo_regrade` can go back
+    to it."""
     summary = RegradeSummary(dry_run=dry_run)
     rows = queries.current_results(s, f)
     summary.matched = len(rows)
@@ -130,7 +131,7 @@ def regrade_matching(s: Session, registry: Registry, f: queries.SubmissionFilter
             tol = tolerance
             if tol is None:
                 try:
-                    tol = registry.get(sub.problem_id).tolerance
+                    tol = registry.get(sub.problem_id).tolerance_at(old.problem.precision)
                 except UnknownProblem:
                     tol = old.tolerance
             new = regrade(old, tol)

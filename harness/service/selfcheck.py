@@ -29,6 +29,7 @@ from harness.config import Settings
 from harness.problems.spec import ProblemSpec, SizeVariant
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 from harness.sandbox.runner import EvalOptions, evaluate
+from harness.schema import Precision
 
 SCHEMA_VERSION = 1
 UNSIZED = "unsized"  # no size could be found to run the problem at: no evaluation ran
@@ -51,6 +52,9 @@ class SelfcheckOptions:
     sizing_time_limit_s: float = 180.0
     jobs: int = 1
     seed: int | None = None
+    # What both sides run at (harness/precision.py). Sizes are chosen at fp32: at a half precision they hold half
+    # the bytes, and a CPU without native half arithmetic may take longer than the budget for a forward pass.
+    precision: Precision = "fp32"
 
 
 class SelfcheckRow(BaseModel):
@@ -58,6 +62,7 @@ class SelfcheckRow(BaseModel):
     name: str
     size: str  # "default", or the overridden constants: "batch_size=16 dim=1024"
     overrides: dict[str, Any] = Field(default_factory=dict)
+    precision: Precision = "fp32"  # what it was evaluated at (rows written before there was a choice: fp32)
     verdict: str  # an evaluation verdict, or "unsized"
     flags: list[str] = Field(default_factory=list)  # the checks a `flagged` verdict names
     message: str = ""
@@ -140,7 +145,7 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         sized = choose_size(spec, options, threads)
     sizing_s = time.monotonic() - t0
     if not sized.get("ok"):
-        return SelfcheckRow(problem=spec.id, name=spec.name, size="-", verdict=UNSIZED,
+        return SelfcheckRow(problem=spec.id, name=spec.name, size="-", precision=options.precision, verdict=UNSIZED,
                             message=str(sized.get("error", ""))[:500], sizing_s=sizing_s)
     overrides: dict[str, Any] = sized["overrides"]
     size_name = "reduced" if overrides else "default"
@@ -149,11 +154,13 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     # One thread per job, as the probe measured: the A/A ratio then compares like with like.
     # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
     opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
+                       precision=options.precision,
                        extra_env={"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else {})
     t1 = time.monotonic()
     result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
     return SelfcheckRow(
-        problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, verdict=result.verdict.value,
+        problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, precision=options.precision,
+        verdict=result.verdict.value,
         flags=[f.check for f in result.flags], message=result.message,
         speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
         sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,

@@ -32,6 +32,7 @@ from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.models import Job, JobStatus, ResultOrigin, Submission
 from harness.db.session import Database
+from harness.precision import check as check_precision
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import runner
@@ -397,11 +398,12 @@ class Worker:
                 h = self._ready_q.get(0.2, prefer=self._warm_for.get(slot.name))
             except queue.Empty:
                 continue
-            runner.prestart(h.spec, h.claim.text, self._options(slot, pool), self.settings)
+            runner.prestart(h.spec, h.claim.text, self._options(slot, pool, h), self.settings)
             upcoming.append(h)
 
-    def _options(self, slot: Slot, pool: TrustedPool | None) -> EvalOptions:
-        return EvalOptions(device=slot.device, extra_env=slot.env, target=slot.target, trusted_pool=pool)
+    def _options(self, slot: Slot, pool: TrustedPool | None, h: _Held) -> EvalOptions:
+        return EvalOptions(device=slot.device, precision=check_precision(h.claim.precision), extra_env=slot.env,
+                           target=slot.target, trusted_pool=pool)
 
     def _gpu_recovered(self, slot: Slot) -> bool:
         """After a fault on this GPU: a tiny kernel must run before the next job, or the slot retires."""
@@ -449,7 +451,7 @@ class Worker:
         result: EvalResult | None = None
         error = ""
         try:
-            options = self._options(slot, pool)
+            options = self._options(slot, pool, h)
             if builds_here:
                 options.built = lambda: self._built(claim)
             result = self.evaluate_fn(h.spec, claim.text, options, self.settings)

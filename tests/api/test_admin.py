@@ -103,3 +103,14 @@ def test_bulk_regrade_dry_run_writes_nothing_and_undo_restores_the_grading_befor
     res = client.get(f"/api/submissions/{drifted}").json()["result"]
     assert res["verdict"] == "wrong_answer" and res["origin"] == "sandbox" and res["tolerance"]["atol"] == 1e-4
     assert client.post("/api/reeval", json={"undo": True, "regrade_only": True}, headers=h).status_code == 422
+
+
+def test_a_regrade_under_the_problems_tolerance_takes_the_one_at_the_results_precision(client, db, tokens):
+    # The same figures: within bf16's 1e-2 (KernelBench's), outside fp32's 1e-4.
+    at_bf16 = seed(db, eval_result(max_rel_err=5e-3, tolerance=LOOSE, precision="bf16"))
+    at_fp32 = seed(db, eval_result(max_rel_err=5e-3, tolerance=LOOSE))
+    h = Tokens.header(tokens.admin)
+    for sub_id in (at_bf16, at_fp32):
+        assert client.post(f"/api/submissions/{sub_id}/reeval?regrade_only=true", headers=h).status_code == 200
+    assert client.get(f"/api/submissions/{at_bf16}").json()["verdict"] == "passed"
+    assert client.get(f"/api/submissions/{at_fp32}").json()["verdict"] == "wrong_answer"

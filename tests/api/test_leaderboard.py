@@ -149,3 +149,15 @@ def test_the_home_pages_best_speedup_shows_its_flags(client, db):
     seed(db, low, submitter="alice")
     row = client.get("/").text.split('<tr data-problem="gemm-groupnorm-min-biasadd">', 1)[1].split("</tr>", 1)[0]
     assert "2.000×" in row and 'title="precision_below_fp32"' in row
+
+
+def test_results_at_bf16_rank_apart_from_fp32_ones(client, db):
+    seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0), submitter="alice")  # fp32, 2x
+    seed(db, eval_result(candidate_ms=0.25, eager_ms=1.0, precision="bf16"), submitter="bob")  # 4x over bf16's
+    fp32 = client.get("/api/leaderboard?problem=level2/75").json()
+    assert fp32["precision"] == "fp32"
+    assert [r["submitter"] for r in fp32["gpu"]["rows"]] == ["alice"]
+    assert {r["submitter"] for r in fp32["gpu"]["fast_p"]} == {"alice"}
+    bf16 = client.get("/api/leaderboard?problem=level2/75&precision=bf16").json()
+    assert [(r["rank"], r["submitter"], r["precision"]) for r in bf16["gpu"]["rows"]] == [(1, "bob", "bf16")]
+    assert client.get("/api/leaderboard?precision=fp8").status_code == 422

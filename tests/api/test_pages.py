@@ -347,3 +347,23 @@ def test_every_table_scrolls_in_its_own_box_and_logs_wrap_on_a_phone(client, db)
                                                                  css.split("@media (max-width: 720px) {", 1)[1])}
     # Headers wrap between words on a phone, the numeric ones too (`table.data .num` keeps them on one line otherwise).
     assert "white-space: normal" in phone["table.data thead th, table.data thead th.num"]
+
+
+def test_pages_show_one_precision_at_a_time_and_a_bf16_result_graded_at_its_own_tolerance(client, db):
+    fp32 = seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0), submitter="full")
+    bf16 = seed(db, eval_result(candidate_ms=0.5, eager_ms=2.0, max_rel_err=5e-3, precision="bf16",
+                                tolerance=Tolerance(atol=1e-2, rtol=1e-2)), submitter="half")
+    default = client.get("/problems/level2/75").text
+    assert ids_in_table(default, "results") == [fp32]
+    assert 'href="/problems/level2/75?precision=bf16"' in default  # a switch, where both are present
+    at_bf16 = client.get("/problems/level2/75?precision=bf16").text
+    assert ids_in_table(at_bf16, "results") == [bf16] and "ran at bf16" in at_bf16
+    row = at_bf16.split(f'<tr data-id="{bf16}"', 1)[1].split("</tr>", 1)[0]
+    assert "graded at" not in row  # its tolerance is the problem's at bf16: nothing to point out
+    assert "atol=rtol=0.01 at bf16" in unescape(at_bf16.split('id="tolerance-at-precision">', 1)[1])
+    page = client.get(f"/submissions/{bf16}").text
+    assert "bf16" in page.split('id="precision">', 1)[1].split("</dd>", 1)[0]
+    assert "the problem's tolerance is" not in page.split('id="graded-at">', 1)[1].split("</dd>", 1)[0]
+    home = client.get("/").text
+    assert "half" not in home and "full" in home
+    assert "half" in client.get("/?precision=bf16").text

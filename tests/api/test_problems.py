@@ -10,6 +10,8 @@ def test_problems_list_every_builtin_with_sizes_and_tolerance(client):
     assert len(got) == 6
     p75 = next(p for p in got if p["kernelbench_id"] == "level2/75")
     assert p75["id"] == "gemm-groupnorm-min-biasadd" and p75["tolerance"] == {"atol": 1e-4, "rtol": 1e-4}
+    assert p75["tolerances"] == {"fp32": {"atol": 1e-4, "rtol": 1e-4}, "fp16": {"atol": 1e-2, "rtol": 1e-2},
+                                 "bf16": {"atol": 1e-2, "rtol": 1e-2}}  # KernelBench's per precision
     assert set(p75["sizes"]) == {"default", "small"} and p75["sizes"]["small"]["overrides"]["batch_size"] == 128
     assert p75["init_args"] == ["in_features", "out_features", "num_groups", "bias_shape"]
 

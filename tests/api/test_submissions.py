@@ -235,3 +235,17 @@ def test_a_job_whose_worker_went_silent_says_since_when_and_when_it_goes_back_to
     assert "has been silent since" in waiting["message"] and "goes back to the queue at" in waiting["message"]
     page = client.get(f"/submissions/{sub.id}").text
     assert "Its worker gpu-host:4242:abc has been silent since" in page and last.strftime("%H:%M:%S") in page
+
+
+def test_a_submission_carries_its_precision_to_the_job_and_an_unknown_one_is_a_422(client, db, tokens):
+    h = Tokens.header(tokens.user)
+    default = client.post("/api/submissions", json=body(), headers=h).json()
+    half = client.post("/api/submissions", json=body(precision="bf16"), headers=h).json()
+    assert client.get(f"/api/submissions/{default['id']}").json()["precision"] == "fp32"
+    assert client.get(f"/api/submissions/{half['id']}").json()["precision"] == "bf16"
+    with db.session() as s:
+        claims = [crud.claim_job(s, "w", 60) for _ in range(2)]
+    assert [(c.submission_id, c.precision) for c in claims] == [(default["id"], "fp32"), (half["id"], "bf16")]
+    bad = client.post("/api/submissions", json=body(precision="fp8"), headers=h)
+    assert bad.status_code == 422 and "'fp32', 'fp16' or 'bf16'" in bad.json()["detail"]
+    assert _count(db, Submission) == 2

@@ -97,6 +97,7 @@ def test_problems_ls_and_show(tmp_path):
     assert show.returncode == 0
     assert "Model(in_features, out_features, bias_shape, num_groups)" in show.stdout
     assert "class Model" in show.stdout
+    assert "tolerance:   atol=rtol=0.0001 at fp32, atol=rtol=0.01 at fp16, atol=rtol=0.01 at bf16" in show.stdout
     as_json = json.loads(harness("problems", "ls", "--json", data_dir=tmp_path).stdout)
     assert len(as_json) == 6
 
@@ -169,3 +170,14 @@ def test_tokens_ls_columns_line_up_whatever_the_names(tmp_path):
             assert row[at - 1] == " " and row[at] != " ", (column, row)
         end = header.index("max queued") + len("max queued")  # a number column: right-aligned under it
         assert row[end - 1] != " " and row[end] == " ", row
+
+
+def test_eval_at_a_precision_reports_it_with_its_tolerance_and_an_unknown_one_is_a_usage_error(tmp_path):
+    p = harness("eval", "-p", "level2/30", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"), "--device", "cpu",
+                "--precision", "bf16", "--no-timing", "--json", data_dir=tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["problem"]["precision"] == "bf16" and result["tolerance"] == {"atol": 1e-2, "rtol": 1e-2}
+    bad = harness("eval", "-p", "level2/30", "-s", str(SUBMISSIONS / "l30_pytorch_correct.py"), "--precision", "fp8",
+                  data_dir=tmp_path)
+    assert bad.returncode == 2 and "use fp32, fp16, bf16" in bad.stderr

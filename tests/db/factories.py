@@ -37,6 +37,7 @@ def timing(ms: float, clock: str = "cuda_event") -> TimingStats:
 
 
 def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level2/75", device: str | None = "cuda",
+                precision: str = "fp32",
                 candidate_ms: float | None = 1.0, eager_ms: float = 2.0, compile_ms: float | None = 1.5,
                 max_rel_err: float = 1e-6, tolerance: Tolerance = TOL, static_error: str | None = None,
                 compiler_error: str | None = None, log_tail: str = "",
@@ -74,15 +75,16 @@ def eval_result(*, problem: str = "gemm-groupnorm-min-biasadd", kb: str = "level
                           python_version="3.11.9", hostname="test", started_at=datetime.now(timezone.utc))
     return EvalResult(**g.result_fields(),
                       problem=ProblemRef(id=problem, version=1, kernelbench_id=kb,
-                                         size="default" if device == "cuda" else "small", source="x.py"),
+                                         size="default" if device == "cuda" else "small", source="x.py",
+                                         precision=precision),
                       tolerance=tolerance, submission_sha256="0" * 64, observations=obs, provenance=prov)
 
 
 def new_submission(problem: str = "gemm-groupnorm-min-biasadd", *, submitter: str = "alice", model: str = "m1",
                    text: str = SOURCE, tags: list[str] | None = None,
-                   meta: dict[str, Any] | None = None) -> crud.NewSubmission:
+                   meta: dict[str, Any] | None = None, precision: str = "fp32") -> crud.NewSubmission:
     return crud.NewSubmission(problem_id=problem, problem_version=1, text=text, text_kind="source",
-                              submitter=submitter, model=model, tags=tags or [], meta=meta or {})
+                              submitter=submitter, model=model, tags=tags or [], meta=meta or {}, precision=precision)
 
 
 def seed(db: Database, result: EvalResult, *, submitter: str = "alice", model: str = "m1",
@@ -92,7 +94,7 @@ def seed(db: Database, result: EvalResult, *, submitter: str = "alice", model: s
     batch = f"seed-{uuid.uuid4().hex[:8]}"  # claim exactly this job, whatever else is queued
     with db.session() as s:
         sub, _ = crud.create_submission(s, new_submission(result.problem.id, submitter=submitter, model=model,
-                                                          tags=tags, meta=meta),
+                                                          tags=tags, meta=meta, precision=result.problem.precision),
                                         token=None, queue_limit=None, max_attempts=3, batch=batch)
         claim = crud.claim_job(s, "seeder", 60, batch=batch)
         assert claim is not None

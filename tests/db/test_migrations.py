@@ -123,3 +123,34 @@ def test_the_flags_column_is_backfilled_from_stored_payloads(db_settings):
     engine.dispose()
     as_lists = {k: v if isinstance(v, list) else json.loads(v) for k, v in got.items()}
     assert as_lists == {ids[0]: ["no_custom_kernel"], ids[1]: []}
+
+
+@pytest.mark.both_databases
+def test_submissions_and_results_stored_before_precision_existed_carry_fp32(db_settings):
+    """0004 adds submissions.precision and results.precision: rows stored before it ran at fp32, and none is lost (a
+    rebuild of `submissions` on SQLite would cascade into its jobs and results)."""
+    from alembic import command
+
+    from harness.db import crud
+    from harness.db.session import make_engine
+
+    from .factories import eval_result, new_submission
+
+    db = Database(db_settings)
+    with db.session() as s:
+        crud.create_submission(s, new_submission(), token=None, queue_limit=None, max_attempts=3)
+        claim = crud.claim_job(s, "w", 60)
+        crud.complete_job(s, claim.job_id, claim.claim_token, eval_result())
+    db.dispose()
+    engine = make_engine(db_settings)
+    with engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")
+        assert "precision" not in {c["name"] for c in inspect(conn).get_columns("results")}
+        command.upgrade(cfg, "head")
+        subs = conn.execute(text("SELECT precision FROM submissions")).scalars().all()
+        results = conn.execute(text("SELECT precision FROM results")).scalars().all()
+        jobs = conn.execute(text("SELECT count(*) FROM jobs")).scalar()
+    engine.dispose()
+    assert subs == ["fp32"] and results == ["fp32"] and jobs == 1

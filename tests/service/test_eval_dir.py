@@ -227,3 +227,22 @@ def test_a_stalled_watcher_says_what_runs_and_asks_for_a_worker_only_when_none_i
     said = reeval.stall_report(svc_db, [job_id, gone_id], 30, svc_settings.worker_silent_after_s)
     assert f"job {gone_id} (submission" in said and "compiling for" in said
     assert "on worker w-gone which has stopped reporting: the job goes back to the queue when its lease expires" in said
+
+
+def test_eval_dir_at_fp16_stores_and_evaluates_every_sample_at_fp16(svc_db, svc_settings, tmp_path):
+    run = tmp_path / "runs" / "half"
+    run.mkdir(parents=True)
+    # Computes in fp32 and returns fp16: within fp16's tolerance of the fp16 reference, outside fp32's.
+    (run / "level_2_problem_30_sample_0_kernel.py").write_text((SUBMISSIONS / "l30_fp32_accumulate.py").read_text())
+    (run / "level_2_problem_30_sample_1_kernel.py").write_text((SUBMISSIONS / "l30_returns_fp32.py").read_text())
+    out = tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cpu", "--precision", "fp16", "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "at fp16" in p.stdout
+    rep = json.loads(out.read_text())
+    assert rep["precision"] == "fp16"
+    (problem,) = rep["problems"]
+    assert [(s["sample"], s["verdict"]) for s in problem["samples"]] == [(0, "passed"), (1, "dtype_mismatch")]
+    with svc_db.session() as s:
+        assert set(s.scalars(select(Submission.precision).where(Submission.model == "half"))) == {"fp16"}

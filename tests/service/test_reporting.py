@@ -85,3 +85,11 @@ def test_a_speedup_the_harness_does_not_vouch_for_counts_as_correct_but_never_as
     (row,) = fast_p_table([noisy, vouched])
     assert row.fast_p_eager == {"0": 1.0, "0.5": 0.0, "0.8": 0.0, "1": 0.0, "1.5": 0.0, "2": 0.0}
     assert row.fast_p_compile is not None and row.fast_p_compile["1"] == 0.0
+
+
+def test_the_leaderboard_ranks_each_precision_apart():
+    fp32, bf16 = s("p1", who="a", eager=2.0), s("p1", who="b", eager=5.0).model_copy(update={"precision": "bf16"})
+    same_pair_bf16 = s("p1", who="a", eager=9.0).model_copy(update={"precision": "bf16"})
+    rows = leaderboard([fp32, bf16, same_pair_bf16])
+    assert [(r.precision, r.rank, r.submitter, r.speedup_vs_eager) for r in rows] == [
+        ("fp32", 1, "a", 2.0), ("bf16", 1, "a", 9.0), ("bf16", 2, "b", 5.0)]

@@ -155,3 +155,27 @@ def test_the_selfcheck_table_shows_a_rows_flags_beside_its_a_a_speedup():
     cli.render([row], console)
     line = next(ln for ln in console.export_text().splitlines() if "23.400x" in ln)
     assert "timing_unreliable" in line
+
+
+BUILTIN_DIR = Path(__file__).parents[2] / "harness" / "problems" / "kernelbench"
+
+
+def test_an_unknown_precision_is_a_usage_error():
+    r = CliRunner().invoke(app, ["selfcheck", "--problems-dir", str(SAMPLE_DIR), "--precision", "fp8"])
+    assert r.exit_code == 2 and "--precision must be one of fp32, fp16, bf16" in r.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_builtin_references_pass_their_own_check_at_a_half_precision_on_the_cpu(tmp_path: Path, precision):
+    """The built-in problems' files (the six level2 references) at reduced sizes, two of them, at each half precision:
+    both sides cast alike, so the reference resubmitted matches itself within KernelBench's 1e-2."""
+    json_path = tmp_path / "aa.json"
+    r = CliRunner().invoke(app, ["selfcheck", "--problems-dir", str(BUILTIN_DIR), "--sample", "level2/30,level2/94",
+                                 "--precision", precision, "--json", str(json_path), "--budget-ms", "5"],
+                           env={"HARNESS_DATA_DIR": str(tmp_path / "data")})
+    assert r.exit_code == 0, r.output
+    rows = json.loads(json_path.read_text())["rows"]
+    assert [(row["problem"], row["precision"], row["verdict"]) for row in rows] == [
+        ("level2/30", precision, "passed"), ("level2/94", precision, "passed")]
+    assert f"2/2 passed their own evaluation at {precision}" in r.output

@@ -98,17 +98,18 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, session: SessionDep, registry: RegistryDep, device: str | None = None,
          baseline: Literal["eager", "compile"] = "eager", by: str = "model", sort: str | None = None,
-         order: str | None = None) -> HTMLResponse:
+         order: str | None = None, precision: str | None = None) -> HTMLResponse:
     key, desc = _sorting(sort, order, pages.HOME_SORTS, "problem")
     page = pages.home_page(session, registry, device=device, baseline=baseline,
-                           by=by if by in pages.GROUPINGS else "model", sort=key, descending=desc)
+                           by=by if by in pages.GROUPINGS else "model", sort=key, descending=desc,
+                           precision=precision)
     return _render(request, "index.html", page=page, sort=key, desc=desc)
 
 
 @router.get("/problems/{problem:path}", response_class=HTMLResponse)
 def problem(problem: str, request: Request, session: SessionDep, registry: RegistryDep, device: str | None = None,
             model: str | None = None, verdict: str | None = None, sort: str | None = None,
-            order: str | None = None) -> HTMLResponse:
+            order: str | None = None, precision: str | None = None) -> HTMLResponse:
     try:
         spec = registry.get(problem)
     except UnknownProblem as e:
@@ -119,7 +120,7 @@ def problem(problem: str, request: Request, session: SessionDep, registry: Regis
     # Passing results by default: the leaderboard; "all" shows every verdict.
     wanted = None if verdict == "all" else verdict or "passed"
     page = pages.problem_page(session, registry, spec, device=device, model=model or None, verdict=wanted,
-                              sort=key, descending=desc)
+                              sort=key, descending=desc, precision=precision)
     return _render(request, "problem.html", page=page, sort=key, desc=desc, verdict_param=verdict or "passed")
 
 
@@ -130,7 +131,7 @@ def submission(submission_id: str, request: Request, session: SessionDep, settin
     if sub is None:
         raise PageNotFound("Unknown submission", f"There is no submission {submission_id!r}.")
     try:
-        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance
+        tolerance: Tolerance | None = registry.get(sub.problem_id).tolerance_at(sub.precision)
     except UnknownProblem:
         tolerance = None
     page = submission_page.submission_page(session, sub, settings, tolerance)

@@ -70,7 +70,8 @@ def create_submission(body: SubmissionCreate, session: SessionDep, settings: Set
     else:
         limit = token.max_queued if token is not None and token.max_queued else settings.max_queued_per_token
     new = crud.NewSubmission(problem_id=spec.id, problem_version=spec.version, text=text, text_kind=kind,
-                             submitter=body.submitter, model=body.model, tags=body.tags, meta=body.metadata)
+                             submitter=body.submitter, model=body.model, tags=body.tags, meta=body.metadata,
+                             precision=body.precision)
     try:
         sub, job = crud.create_submission(session, new, token=token, queue_limit=limit,
                                           max_attempts=settings.max_attempts)
