@@ -59,6 +59,7 @@ class RunSample:
     size: str
     timing: TimingStats | None  # the candidate's
     compiled: bool
+    precision: str = "fp32"  # a baseline is the reference's at the same precision
     speedup_vs_eager: float | None = None  # as its own evaluation measured them (our view)
     speedup_vs_compile: float | None = None
 
@@ -157,7 +158,8 @@ def run_samples(registry: Registry, rows: Iterable[tuple[Submission, Result | No
             level=place[0], problem=place[1], sample=sample, spec=spec, submission_id=sub.id, verdict=res.verdict,
             message=res.message, flags=list(res.flags or []), device=res.device, device_name=res.device_name,
             size=res.size, timing=_payload_timing(res.payload, "candidate_timing"), compiled=_compiled(res),
-            speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile)
+            speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile,
+            precision=res.precision)
     return [kept[k] for k in sorted(kept)], counts
 
 
@@ -184,7 +186,7 @@ class MeasuredBaseline:
 
 
 def measured_baselines(session: Session, specs: Sequence[ProblemSpec], *, device: str, device_name: str | None,
-                       size: str, baseline: Baseline) -> dict[str, MeasuredBaseline]:
+                       size: str, baseline: Baseline, precision: str = "fp32") -> dict[str, MeasuredBaseline]:
     """Per problem id, the reference's time on this device (name) and size from the measurements the harness
     vouches for (reporting.reference_vouched): the median one by its mean, the figure KernelBench's baselines
     give. Problems never measured so are left out."""
@@ -193,7 +195,8 @@ def measured_baselines(session: Session, specs: Sequence[ProblemSpec], *, device
     found: dict[str, list[tuple[TimingStats, str | None]]] = defaultdict(list)
     for res in queries.reference_measurements(session, list(by_id), device):
         spec = by_id[res.problem_id]
-        if res.problem_version != spec.version or res.size != size or (device_name and res.device_name != device_name):
+        if res.problem_version != spec.version or res.size != size or res.precision != precision or (
+                device_name and res.device_name != device_name):
             continue
         if not reference_vouched(res.verdict, res.flags or []):
             continue
@@ -271,9 +274,10 @@ def kernelbench_report(session: Session, registry: Registry, samples: Sequence[R
     name, size = run_hardware(samples, dev)
     specs = level_specs(registry)
     levels = sorted({s.level for s in mine})
+    precisions = Counter(s.precision for s in mine)
     measured = {} if baseline_file is not None else measured_baselines(
         session, [sp for lv in levels for sp in specs.get(lv, [])], device=dev, device_name=name, size=size,
-        baseline=baseline)
+        baseline=baseline, precision=precisions.most_common(1)[0][0] if precisions else "fp32")
     out = []
     for lv in levels:
         numbers = {kernelbench_place(sp)[1]: sp for sp in specs.get(lv, [])}  # type: ignore[index]
