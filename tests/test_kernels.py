@@ -161,6 +161,29 @@ def test_the_kernels_of_a_loaded_build_have_its_host_stubs_as_handles(builds):
     stubs = [next(h for h in handles[name] if any(lo <= h < hi for lo, hi in mapped)) for name in HONEST]
     assert stubs[1] - stubs[0] == values[1] - values[0]
     assert launches.build_kernel_handles(builds / "missing") == {}
+
+
+@needs_nvcc
+def test_a_build_sealed_after_it_was_loaded_keeps_its_kernels_handles(builds):
+    """Sealing a build (sandbox/builds.py) replaces each of its files by the harness's copy of the same bytes while
+    the candidate has the library mapped: /proc/self/maps then marks the mapping deleted. Its kernels are still found
+    (a GPU evaluation lost its credit for them before)."""
+    import shutil
+
+    from harness.sandbox import launches
+
+    so = _build(builds / "sealed", "kh_sealed", HONEST_CU, CUBIN)
+    ctypes.CDLL(str(so))
+    before = launches.build_kernel_handles(builds / "sealed")
+    copy = so.with_name(so.name + ".copy")
+    shutil.copy2(so, copy)
+    so.unlink()
+    copy.rename(so)
+    with open("/proc/self/maps") as maps:
+        assert any(line.rstrip().endswith(f"{so} (deleted)") for line in maps)
+    assert launches.build_kernel_handles(builds / "sealed") == before and set(before) == set(HONEST)
+
+
 PTX = "-gencode=arch=compute_90,code=compute_90"  # kernels JIT-compiled from PTX at load time
 
 

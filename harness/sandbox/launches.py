@@ -64,7 +64,10 @@ def _maps() -> list[tuple[int, int, str]]:
         for line in maps:
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith("/"):
-                out.append((int(parts[0].split("-")[0], 16), int(parts[2], 16), parts[5].rstrip("\n")))
+                # A build sealed after its import (sandbox/builds.py) replaced each file by the harness's copy of the
+                # same bytes: the mapping then names the path it was loaded from, marked deleted.
+                path = parts[5].rstrip("\n").removesuffix(" (deleted)")
+                out.append((int(parts[0].split("-")[0], 16), int(parts[2], 16), path))
     return out
 
 
