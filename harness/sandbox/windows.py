@@ -139,17 +139,22 @@ def spread(values: list[float]) -> float:
 
 def fingerprint_charges(fingerprint_ms: list[float], round_trip_ms: list[float], reference_ms: list[float],
                         round_trip_credit_ms: float) -> list[float]:
-    """What each window's fingerprint command took beyond the trusted side's fingerprints of the same outputs, charged
-    to that window: the candidate's command on the parent's clock, less the host's round trip measured right after
-    it (a trusted no-op, credited at most `round_trip_credit_ms`), less the trusted side's fingerprint on its own
-    clock. An honest fingerprint only reads outputs already made and comes to about nothing; outputs a window left
-    undone are computed here, since no fingerprint can be made without them, and are paid for in full, whatever
-    their number. Never below zero: a faster fingerprint than the trusted side's earns no credit."""
+    """What each window's fingerprint command took beyond an honest one's, charged to that window: the candidate's
+    command on the parent's clock, less the host's round trip measured right after it (a trusted no-op, credited at
+    most `round_trip_credit_ms`), less the trusted side's fingerprint of the same outputs (eager's, of the same
+    seeds) on its own clock. That is the same work in every round, so its median over the rounds is taken: a round
+    where the host held up the trusted side's does not let that window's undone work go unpaid. An honest
+    fingerprint only reads outputs already made and comes to about nothing; outputs a window left undone are computed
+    here, since no fingerprint can be made without them, and are paid for in full, whatever their number. Never
+    below zero: a faster fingerprint than the trusted side's earns no credit."""
     if not len(fingerprint_ms) == len(round_trip_ms) == len(reference_ms):
         raise ValueError(f"fingerprint figures of {len(fingerprint_ms)}, {len(round_trip_ms)} and "
                          f"{len(reference_ms)} windows: one each per window")
-    return [round(max(c - min(rt, round_trip_credit_ms) - r, 0.0), 4)
-            for c, rt, r in zip(fingerprint_ms, round_trip_ms, reference_ms, strict=True)]
+    if not fingerprint_ms:
+        return []
+    honest = statistics.median(reference_ms)
+    return [round(max(c - min(rt, round_trip_credit_ms) - honest, 0.0), 4)
+            for c, rt in zip(fingerprint_ms, round_trip_ms, strict=True)]
 
 
 @dataclass

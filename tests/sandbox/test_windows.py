@@ -96,7 +96,7 @@ def test_windows_sized_down_on_slow_warm_ups_and_short_when_timed_cannot_rank():
 def test_what_a_windows_fingerprints_took_beyond_the_trusted_sides_is_charged_to_that_window():
     """lazy_half_window.py's shape: windows of 10 calls of 3 ms, every other call left to the fingerprints, which the
     trusted side does in 4 ms; the round trip after each fingerprint is 0.2 ms. The charge is what was left undone."""
-    charges = windows.fingerprint_charges([19.2, 19.4, 19.0], [0.2, 0.2, 0.2], [4.0, 4.2, 3.8], 9.0)
+    charges = windows.fingerprint_charges([19.2, 19.2, 19.2], [0.2, 0.2, 0.2], [4.0, 4.2, 3.8], 9.0)
     assert charges == pytest.approx([15.0, 15.0, 15.0])
     empty = WindowSeries(calls=10, wall_ms=[1.0, 1.0, 1.0])
     lazy = windows.stats(WindowSeries(calls=10, wall_ms=[16.0, 16.0, 16.0], charged_ms=charges), empty)
@@ -107,6 +107,13 @@ def test_what_a_windows_fingerprints_took_beyond_the_trusted_sides_is_charged_to
     # Each window pays its own: one window that left 30 ms undone is that window's time, not the others'.
     one = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 1.0, 31.0], charged_ms=[0.0, 30.0, 0.0]), empty)
     assert one.min_ms == one.max_ms == pytest.approx(3.0) and one.spread == 0.0
+
+
+def test_a_round_where_the_host_held_up_the_trusted_sides_fingerprint_does_not_let_a_window_go_unpaid():
+    # The trusted side fingerprints outputs of the same shapes every round (4 ms); once the host held it up 25 ms.
+    # The window of that round left 15 ms to its fingerprints like the others, and pays it like them.
+    charges = windows.fingerprint_charges([19.2, 19.2, 19.2], [0.2, 0.2, 0.2], [4.0, 29.0, 3.9], 9.0)
+    assert charges == pytest.approx([15.0, 15.0, 15.0])
 
 
 def test_a_faster_fingerprint_than_the_trusted_sides_earns_no_credit():
