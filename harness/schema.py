@@ -296,12 +296,15 @@ class Observations(BaseModel):
     def window_costs(self) -> dict[str, Any]:
         """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
         candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on
-        the parent's clock and its own), the hand-overs', and the waits for an idle GPU before the reference
-        windows. Diagnostics (benchmarks/phase_table.py, `harness bench throughput`'s records)."""
+        the parent's clock and its own), what was charged to a window for its fingerprints (median), the hand-overs',
+        and the waits for an idle GPU before the reference windows. Diagnostics (benchmarks/phase_table.py,
+        `harness bench throughput`'s records)."""
         out: dict[str, Any] = {
             kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
             for kind, t in (("candidate", self.candidate_timing), ("eager", self.eager_timing),
                             ("compile", self.compile_timing)) if t is not None and t.windows_ms}
+        if self.candidate_timing is not None and self.candidate_timing.charged_ms:
+            out["median_charged_ms"] = statistics.median(self.candidate_timing.charged_ms)
         if self.gpu_idle_waits_ms:
             out["gpu_idle_wait_max_ms"] = max(self.gpu_idle_waits_ms)
             out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in self.gpu_idle_waits_ms)

@@ -81,6 +81,10 @@ def _twin_passes(r: EvalResult, path: str) -> None:
     assert r.verdict == Verdict.passed, f"{path}: {r.verdict.value}: {r.message}\n{r.log_excerpt}"
     # Unranked, not failed: a pure-PyTorch twin, or windows a busy host made too noisy to rank.
     assert not {f.check for f in r.flags} - {"no_custom_kernel", "timing_unreliable"}, r.flags
+    # Its time is its windows' plus what each window's fingerprints took beyond the trusted side's: stored per window.
+    t = r.observations.candidate_timing
+    assert t is not None and len(t.charged_ms) == t.n and t.windows_alone_median_ms is not None
+    assert t.median_ms >= t.windows_alone_median_ms, t
 
 
 @pytest.mark.parametrize("e", CPU, ids=[e.name for e in CPU])
