@@ -196,7 +196,8 @@ def _number(value: Any) -> float | None:
 
 
 def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
-    """One kind's timing figures: median over windows of (window - median empty window) / calls."""
+    """One kind's timing figures: median over windows of (window - median empty window + its charge) / calls; for
+    a series with charges, also the median of its windows alone (a diagnostic: what the time was before them)."""
     empty_ms = statistics.median(empty.wall_ms)
     per_call = series.per_call_ms(empty_ms)
     raw = [(w + c) / series.calls for w, c in zip(series.wall_ms, series.charges(), strict=True)]
