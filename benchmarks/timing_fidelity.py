@@ -4,10 +4,13 @@
     python benchmarks/timing_fidelity.py --repeats 5 --json $OUT/fidelity.json            # A/A, six problems
     python benchmarks/timing_fidelity.py --solutions --repeats 3 --json $OUT/solutions.json
     python benchmarks/timing_fidelity.py --repeats 5 --json aa.json --resume   # add the repeats aa.json lacks
+    python benchmarks/timing_fidelity.py --device cpu --repeats 3               # A/A on the CPU, small sizes
 
 A/A: each problem's reference, renamed ModelNew, evaluated against itself through the whole pipeline
 (`harness.sandbox.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
-interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of them.
+interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of them. Beside each time, what its
+windows alone gave (before what each window's fingerprints took beyond the trusted side's was charged to it): for an
+honest submission the charge should be about nothing.
 --solutions: the reference solutions instead, each also profiled in this process (CUPTI: the sum of its
 kernels' device time per call; the L2 flush before each call is profiled alone and taken off), so the harness's time per
 call can be set against the kernels' own.
@@ -86,7 +89,7 @@ def profiled_kernel_ms(path: Path, spec, target, settings, calls: int = 20) -> f
 # Each kind's figures in a row: the parent's, then what each process's own clocks said (diagnostics: CUDA events
 # per call, round trip per window, input making per call).
 FIGURES = {"ms": "median_ms", "spread": "spread", "device_ms": "device_median_ms", "round_trip_ms": "round_trip_ms",
-           "inputs_ms": "inputs_median_ms"}
+           "inputs_ms": "inputs_median_ms", "windows_alone_ms": "windows_alone_median_ms"}
 
 
 def main() -> int:
@@ -97,12 +100,16 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write raw results here (rewritten after each evaluation)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the evaluations already in --json and run only the repeats it lacks")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: A/A at each problem's small size (no profiler, no solutions)")
     args = parser.parse_args()
     if args.resume and not args.json:
         parser.error("--resume needs --json")
+    if args.solutions and args.device != "cuda":
+        parser.error("--solutions needs --device cuda")
     settings = get_settings()
     specs = [s for s in get_registry().all() if not args.problems or s.kernelbench_id.split("/")[1] in args.problems]
-    target = probe_device("cuda", settings)
+    target = probe_device(args.device, settings)
     print(f"{target.device_name}, driver {target.driver_version}, torch {target.torch_version}, "
           f"CUDA {target.cuda_version}", flush=True)
     texts = {s.id: solution_for(s.kernelbench_id).read_text() if args.solutions
@@ -119,7 +126,8 @@ def main() -> int:
         for s in specs:
             if len(runs[s.id]) > i:
                 continue
-            r = evaluate(s, texts[s.id], EvalOptions(device="cuda", size="default", compile_baseline="off",
+            size = "small" if args.device == "cpu" and "small" in s.sizes else "default"
+            r = evaluate(s, texts[s.id], EvalOptions(device=args.device, size=size, compile_baseline="off",
                                                      target=target, kernel_trace=False), settings)
             o = r.observations
             row = {"verdict": r.verdict.value, "flags": [f.check for f in r.flags], "speedup": r.speedup_vs_eager,
@@ -139,7 +147,8 @@ def main() -> int:
                   f"{row['candidate_device_ms'] or 0:.4f} / {row['eager_device_ms'] or 0:.4f} ms, round trip "
                   f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, inputs "
                   f"{row['candidate_inputs_ms'] or 0:.3f} / {row['eager_inputs_ms'] or 0:.3f} ms a call, "
-                  f"{row['calls_per_window']} calls", flush=True)
+                  f"{row['calls_per_window']} calls; windows alone {row['candidate_windows_alone_ms'] or 0:.4f} ms "
+                  f"(charged {_charged(row) or 0:+.2%})", flush=True)
             if args.json:
                 write(args.json, target, summarize(specs, runs), runs)
     print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
@@ -149,14 +158,16 @@ def main() -> int:
             row["profiler_ms"] = profiled_kernel_ms(solution_for(s.kernelbench_id), s, target, settings)
             row["harness_over_profiler"] = (row["median_candidate_ms"] / row["profiler_ms"] - 1
                                             if row["median_candidate_ms"] else None)
-    head = "| problem | passed | median speedup vs eager | spread (max-min)/median | median ms |"
-    sep = "|---|---|---|---|---|"
+    head = ("| problem | passed | median speedup vs eager | spread (max-min)/median | median ms | "
+            "charged to the windows (median, max) |")
+    sep = "|---|---|---|---|---|---|"
     if args.solutions:
         head, sep = head + " profiler ms | harness / profiler |", sep + "---|---|"
     print("\n" + head + "\n" + sep)
     for row in table:
         line = (f"| {row['problem']} | {row['passed']}/{row['runs']} | {row['median_speedup'] or 0:.4f}x | "
-                f"{row['speedup_spread'] or 0:.2%} | {row['median_candidate_ms'] or 0:.4f} |")
+                f"{row['speedup_spread'] or 0:.2%} | {row['median_candidate_ms'] or 0:.4f} | "
+                f"{row['median_charged'] or 0:+.2%}, {row['max_charged'] or 0:+.2%} |")
         if args.solutions:
             line += f" {row['profiler_ms']:.4f} | {row['harness_over_profiler'] or 0:+.2%} |"
         print(line)
@@ -165,17 +176,27 @@ def main() -> int:
     return 0
 
 
+def _charged(row: dict) -> float | None:
+    """How much the candidate's time grew by what its fingerprints were charged: its time over its windows alone."""
+    ms, alone = row.get("candidate_ms"), row.get("candidate_windows_alone_ms")
+    return ms / alone - 1 if ms is not None and alone else None
+
+
 def summarize(specs, runs: dict[str, list[dict]]) -> list[dict]:
-    """One row a problem: how many passed, the median speedup and its spread, the median candidate time."""
+    """One row a problem: how many passed, the median speedup and its spread, the median candidate time, and how much
+    the fingerprints' charge moved it (median and largest over runs)."""
     table = []
     for s in specs:
         speedups = [r["speedup"] for r in runs[s.id] if r["speedup"]]
         cand = [r["candidate_ms"] for r in runs[s.id] if r["candidate_ms"]]
+        charged = [c for r in runs[s.id] if (c := _charged(r)) is not None]
         table.append({"problem": s.kernelbench_id, "passed": sum(r["verdict"] == "passed" for r in runs[s.id]),
                       "runs": len(runs[s.id]), "median_speedup": statistics.median(speedups) if speedups else None,
                       "speedup_spread": ((max(speedups) - min(speedups)) / statistics.median(speedups)
                                          if speedups else None),
-                      "median_candidate_ms": statistics.median(cand) if cand else None})
+                      "median_candidate_ms": statistics.median(cand) if cand else None,
+                      "median_charged": statistics.median(charged) if charged else None,
+                      "max_charged": max(charged) if charged else None})
     return table
 
 

@@ -31,10 +31,11 @@ PRECISION_FLOOR = 1e-5
 
 _EXCERPT_LINES = 30
 
-# A candidate's fingerprints of a window's outputs (net of the host's round trip) may take longer than the trusted
-# side's of the same outputs (on its own clock) by the slack (obs.timed_outputs.handover_slack_ms) plus this share
-# of the trusted side's time (the same GPU work, whose time varies from run to run): an honest fingerprint only
-# reads outputs already made; work a window left undone is paid for there, on the parent's clock.
+# What a candidate's fingerprints of a window's outputs took beyond the trusted side's of the same outputs is charged
+# to that window's time (windows.fingerprint_charges): work moved there is paid for where it is credited, and no
+# bound on it decides a verdict. Results stored before that charge (no TimingStats.charged_ms) allowed the excess,
+# net of the host's round trip, the slack (obs.timed_outputs.handover_slack_ms) plus this share of the trusted side's
+# time, and flagged it beyond (handover_time); they are re-graded so.
 FINGERPRINT_SHARE = 0.5
 # The tail of the evaluation's fingerprint deviation (the sum of squared differences over scales) that outputs within
 # their tolerance reach with the chance e**-x at most: each term is at most a squared standard normal (the draws are
@@ -293,9 +294,11 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
     if problem is not None:
         return _flagged("timed_outputs", "outputs of timed calls differ from the reference: the fast path that was "
                         "timed is not the one that was checked", problem)
+    ct = obs.candidate_timing
+    if ct is not None and ct.charged_ms:
+        return None  # the fingerprints' excess is in the windows' time: what they did beyond an honest one's is paid
     if timed.fingerprint_ms and timed.reference_fingerprint_ms and timed.handover_slack_ms is not None:
         return _fingerprint_time(timed)
-    ct = obs.candidate_timing
     if timed.handover_ms and timed.handover_slack_ms is not None and ct is not None:
         picks = timed.expected / len(timed.handover_ms)
         save = statistics.median(timed.reference_save_ms or [0.0])
@@ -330,10 +333,11 @@ def _leftover_gpu_work(obs: Observations) -> Grade | None:
 
 
 def _fingerprint_time(timed: TimedOutputCheck) -> Grade | None:
-    """What the candidate's fingerprints took beyond the trusted side's of the same outputs, window by window: the
-    candidate's on the parent's clock less the host's round trip right after it (at most HANDOVER_LATENCY_CREDIT
-    slacks), against the trusted side's on its own clock. Beyond the slack, outputs were computed when asked for,
-    not in the window. Results stored before the round trips compare both sides on the parent's clock."""
+    """Results stored before the fingerprints' excess was charged to the windows: what the candidate's fingerprints
+    took beyond the trusted side's of the same outputs, window by window: the candidate's on the parent's clock less
+    the host's round trip right after it (at most HANDOVER_LATENCY_CREDIT slacks), against the trusted side's on its
+    own clock. Beyond the slack, outputs were computed when asked for, not in the window. Results stored before the
+    round trips compare both sides on the parent's clock."""
     assert timed.handover_slack_ms is not None
     n = len(timed.fingerprint_ms)
     if len(timed.fingerprint_latency_ms) == n and len(timed.reference_fingerprint_own_ms) == n:
@@ -481,6 +485,11 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
         parts.append(f"{s_eager:.3f}x vs eager")
     if s_compile is not None:
         parts.append(f"{s_compile:.3f}x vs torch.compile")
+    if ct is not None and ct.charged_ms and ct.calls_per_window and ct.median_ms > 0 and statistics.median(
+            ct.charged_ms) > 0:
+        share = statistics.median(ct.charged_ms) / ct.calls_per_window / ct.median_ms
+        parts.append(f"its fingerprints took {share:.1%} of its time beyond the trusted side's (median over windows; "
+                     "charged to them)")
     return Grade(Verdict.passed, "; ".join(parts), flags=flags, speedup_vs_eager=s_eager, speedup_vs_compile=s_compile)
 
 

@@ -88,7 +88,7 @@ class TimingStats(BaseModel):
 
     clock: Literal["parent_window", "cuda_event", "perf_counter"]
     n: int
-    median_ms: float  # the median over windows of (window - median empty window) / calls
+    median_ms: float  # the median over windows of (window - median empty window + its charge) / calls
     raw_median_ms: float | None = None  # the same without the empty window taken off
     mean_ms: float
     min_ms: float
@@ -100,6 +100,12 @@ class TimingStats(BaseModel):
     spread: float | None = None  # interquartile range over median of the per-window figures
     windows_ms: list[float] = Field(default_factory=list)  # each window's wall time, parent's clock
     noise_ms: float | None = None  # the empty windows' interquartile range, per call: below it, a time is noise
+    # The candidate's only: what its fingerprints of each window's outputs took beyond the trusted side's of the same
+    # outputs, net of the host's round trip (ms, >= 0; windows.fingerprint_charges), charged to that window's time;
+    # and the median without them (the windows alone), the figure results stored before them ranked. Empty and None
+    # there, and for the trusted side's kinds.
+    charged_ms: list[float] = Field(default_factory=list)
+    windows_alone_median_ms: float | None = None
     # Diagnostics, never ranked: what the timed process's own clocks said (the candidate's are its claims).
     device_median_ms: float | None = None  # its CUDA events over each window's calls, per call, median
     inputs_median_ms: float | None = None  # its host time making each window's inputs, per call, median
@@ -153,7 +159,8 @@ class TimedOutputCheck(BaseModel):
     # Fingerprints, per timed window: the candidate's on the parent's clock, and the host's round trip right after
     # it (a trusted no-op on the parent's clock); the trusted side's of eager's outputs, on its own clock (what an
     # honest fingerprint costs) and, as a diagnostic, its command on the parent's clock less its scales step (in
-    # results stored before the round trips, the bound). An output computed only when asked for is paid for here.
+    # results stored before the round trips, the bound). An output computed only when asked for is paid for here:
+    # what the candidate's took beyond the trusted side's is charged to its window (TimingStats.charged_ms).
     # Outputs fingerprinted, and those whose fingerprint is off by more than an error within the tolerance.
     fingerprint_ms: list[float] = Field(default_factory=list)
     fingerprint_latency_ms: list[float] = Field(default_factory=list)
@@ -172,7 +179,10 @@ class TimedOutputCheck(BaseModel):
     # Before fingerprints: each hand-over's check by the trusted side on the parent's clock, less the time of its own
     # steps (the host's round-trip latency then, paired with the hand-over).
     latency_ms: list[float] = Field(default_factory=list)
-    handover_slack_ms: float | None = None  # what the fingerprints (before them, the hand-overs) may take over
+    # The host's scheduling noise (windows.HANDOVER_SLACK_MS): the round trip taken off a fingerprint is credited at
+    # most grading.HANDOVER_LATENCY_CREDIT of it; in results stored before the fingerprints' excess was charged to
+    # the windows, what the fingerprints (before them, the hand-overs) could take over the trusted side's unflagged.
+    handover_slack_ms: float | None = None
     # The judge's figures for each checked output (`trial` is its call index), graded like a trial's.
     calls: list[TrialFigures] = Field(default_factory=list)
 
@@ -304,12 +314,15 @@ class Observations(BaseModel):
     def window_costs(self) -> dict[str, Any]:
         """What the timed windows cost: each kind's calls per window and median window (ms, parent's clock), the
         candidate's fingerprints of a window's outputs and the host's round trip after them, the trusted side's (on
-        the parent's clock and its own), the hand-overs', and the waits for an idle GPU before the reference
-        windows. Diagnostics (benchmarks/phase_table.py, `harness bench throughput`'s records)."""
+        the parent's clock and its own), what was charged to a window for its fingerprints (median), the hand-overs',
+        and the waits for an idle GPU before the reference windows. Diagnostics (benchmarks/phase_table.py,
+        `harness bench throughput`'s records)."""
         out: dict[str, Any] = {
             kind: {"calls": t.calls_per_window, "median_window_ms": statistics.median(t.windows_ms)}
             for kind, t in (("candidate", self.candidate_timing), ("eager", self.eager_timing),
                             ("compile", self.compile_timing)) if t is not None and t.windows_ms}
+        if self.candidate_timing is not None and self.candidate_timing.charged_ms:
+            out["median_charged_ms"] = statistics.median(self.candidate_timing.charged_ms)
         if self.gpu_idle_waits_ms:
             out["gpu_idle_wait_max_ms"] = max(self.gpu_idle_waits_ms)
             out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in self.gpu_idle_waits_ms)

@@ -6,8 +6,12 @@ here the boundaries are pinned down without processes or a GPU.
 
 from __future__ import annotations
 
-from harness.grading import grade
+import pytest
+
+from harness.grading import HANDOVER_LATENCY_CREDIT, grade
 from harness.reporting import Scored, leaderboard
+from harness.sandbox import windows
+from harness.sandbox.windows import WindowSeries
 from harness.schema import (
     ChildExit,
     KernelTrace,
@@ -127,6 +131,58 @@ def test_a_loaded_hosts_round_trip_is_taken_off_the_fingerprints_and_a_lazy_wind
     gamed = lazy.model_copy(update={"fingerprint_latency_ms": [lat + 300.0 for lat in paired.fingerprint_latency_ms]})
     g = grade(_passing(candidate_timing=_window_timing(0.0), timed_outputs=gamed), TOL)
     assert [f.check for f in g.flags] == ["handover_time"] and "(median 120 ms)" in g.log_excerpt
+
+
+def _charged(check: TimedOutputCheck, window_ms: float, calls: int = 10) -> TimingStats:
+    """The candidate's timing as the runner makes it: windows of `calls` calls lasting `window_ms`, each charged what
+    its fingerprints took beyond the trusted side's (an empty window of 1 ms)."""
+    charges = windows.fingerprint_charges(check.fingerprint_ms, check.fingerprint_latency_ms,
+                                          check.reference_fingerprint_own_ms,
+                                          HANDOVER_LATENCY_CREDIT * (check.handover_slack_ms or 0.0))
+    n = len(charges)
+    return windows.stats(WindowSeries(calls, [window_ms] * n, charged_ms=charges),
+                         WindowSeries(calls, [1.0] * n))
+
+
+def test_a_window_that_left_half_its_calls_to_its_fingerprints_pays_for_them_and_no_bound_decides_it():
+    """The CPU run of lazy_half_window.py: windows of 60 ms, half their calls left to the fingerprints, whose allowance
+    (40 ms plus half the trusted side's time) took them all: a clean pass at 1.57x. The excess is now charged to each
+    window: its time is its honest twin's, and no bound on the excess flags it or lets it through."""
+    reference = [40.0, 42.0, 39.0, 41.0, 40.5]
+    lazy = _fingerprinted([r + 30.5 for r in reference], reference).model_copy(update={
+        "handover_slack_ms": 40.0, "fingerprint_latency_ms": [0.5] * 5, "reference_fingerprint_own_ms": reference})
+    eager = _window_timing(6.0)
+    stored_before = _passing(candidate_timing=_window_timing(3.0), eager_timing=eager, timed_outputs=lazy)
+    assert _checks(stored_before)[0] == Verdict.passed  # within the old allowance: the clean pass at 2x
+    assert grade(stored_before, TOL).speedup_vs_eager == 2.0
+    timing = _charged(lazy, window_ms=31.0)
+    assert timing.median_ms == pytest.approx(6.0) and timing.windows_alone_median_ms == pytest.approx(3.0)
+    g = grade(_passing(candidate_timing=timing, eager_timing=eager, timed_outputs=lazy), TOL)
+    assert g.verdict == Verdict.passed and g.flags == [] and g.speedup_vs_eager == pytest.approx(1.0)
+    assert "its fingerprints took 50.0% of its time beyond the trusted side's" in g.message
+    # No work left out at all (lazy_window.py): its whole time is in its fingerprints, and paid; no flag either.
+    idle = lazy.model_copy(update={"fingerprint_ms": [r + 60.5 for r in reference]})
+    g = grade(_passing(candidate_timing=_charged(idle, window_ms=1.0), eager_timing=eager, timed_outputs=idle), TOL)
+    assert g.verdict == Verdict.passed and g.flags == [] and g.speedup_vs_eager == pytest.approx(1.0)
+    # Its honest twin: fingerprints that only read come to no charge; its time is the windows'.
+    honest = lazy.model_copy(update={"fingerprint_ms": [40.9, 40.6, 41.0, 40.2, 40.8]})
+    timing = _charged(honest, window_ms=61.0)
+    assert timing.charged_ms == [0.0] * 5 and timing.median_ms == timing.windows_alone_median_ms == 6.0
+    g = grade(_passing(candidate_timing=timing, eager_timing=eager, timed_outputs=honest), TOL)
+    assert g.verdict == Verdict.passed and g.flags == [] and "fingerprints took" not in g.message
+
+
+def test_fingerprints_far_over_an_old_bound_are_no_flag_once_charged_and_stored_results_regrade_as_before():
+    """A result stored before the charge is re-graded by its bound (the same figures flag handover_time); the same
+    fingerprints in a result whose windows were charged are part of its time, however large."""
+    reference = [4.1, 3.9, 4.3, 4.0, 4.2]
+    slow = _fingerprinted([r + 30.0 for r in reference], reference).model_copy(update={
+        "fingerprint_latency_ms": [0.2] * 5, "reference_fingerprint_own_ms": reference})
+    assert _checks(_passing(candidate_timing=_window_timing(1.5), timed_outputs=slow)) == \
+        (Verdict.flagged, ["handover_time"])
+    timing = _charged(slow, window_ms=16.0)
+    assert timing.median_ms == pytest.approx((15.0 + 29.8) / 10)
+    assert _checks(_passing(candidate_timing=timing, timed_outputs=slow)) == (Verdict.passed, [])
 
 
 def test_a_submission_flagged_for_what_it_did_carries_its_static_findings_too():

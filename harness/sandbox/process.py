@@ -192,6 +192,9 @@ class ChildProcess:
         with os.fdopen(fd, "rb") as chan:
             while True:
                 line = chan.readline(MAX_MESSAGE_BYTES)
+                # When the reply arrived: parsing it is the parent's own work, in no command's time (a fingerprint's
+                # 2000 numbers took 0.5-1.4 ms to parse on a 2-core host).
+                arrived = time.monotonic()
                 if not line:
                     break
                 try:
@@ -205,7 +208,7 @@ class ChildProcess:
                         while line and not line.endswith(b"\n"):
                             line = chan.readline(MAX_MESSAGE_BYTES)
                     continue
-                self._messages.put(Message(event, obj, time.monotonic()))
+                self._messages.put(Message(event, obj, arrived))
         self._messages.put(_EOF)
 
     def send(self, command: dict[str, Any] | str) -> None:

@@ -507,7 +507,7 @@ class _Evaluation:
                         self.candidate.begin_trace(r)
                     ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced)
                     phase("timed_windows")
-                    if r >= 0:  # right after the window, so that nothing it left undone runs off the parent's clock
+                    if r >= 0:  # right after the window, so that what it left undone is done on the parent's clock
                         got = self._fingerprint(key, window_limit, check)
                         phase("fingerprints")
                         # Whether this window is handed over is drawn only now that it has closed (the last, if none
@@ -542,6 +542,11 @@ class _Evaluation:
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         self.obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], window_ms)
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in kinds}
+        # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
+        assert check.handover_slack_ms is not None
+        series["candidate"].charged_ms = windows.fingerprint_charges(
+            check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_own_ms,
+            grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms)
         self.obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
         self.obs.eager_timing = windows.stats(series["eager"], series["empty"])
         if "compile" in kinds:
@@ -568,7 +573,8 @@ class _Evaluation:
         return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
 
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> list[list[float | None]]:
-        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock)."""
+        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what
+        it takes beyond the trusted side's fingerprints of the same outputs is charged to the window)."""
         assert self.candidate is not None
         assert self.trusted is not None
         reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
@@ -620,7 +626,8 @@ class _Evaluation:
 
     def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
-        (their time on the parent's clock is a diagnostic: the fingerprints bound what was left to compute); the
+        (their time on the parent's clock is a diagnostic: the fingerprints before it needed every output, so nothing
+        is left to compute, and what they took beyond the trusted side's is charged to the window); the
         trusted side judges them element by element on the same seeds."""
         assert self.trusted is not None and self.candidate is not None
         calls = len(seeds)

@@ -5,7 +5,9 @@ flushes the L2, runs the call and waits for the device, and answers when all N a
 monotonic clock from send to answer is the window's wall time. Windows of the candidate, eager and
 torch.compile alternate round by round, with a window around a call that does nothing (in the trusted
 process) beside them, so drift hits all alike. A kind's time per call is, for each of its windows, the
-window's wall time less the median empty window's, over N; its figure is the median over windows.
+window's wall time less the median empty window's, over N; its figure is the median over windows. The candidate's
+windows also carry what the command right after each took beyond the trusted side's same work (its fingerprints of
+the window's outputs): work a window leaves undone is done there, and paid for in that window's time.
 
 Everything here is arithmetic on figures the parent measured itself: the candidate reports none of them.
 """
@@ -142,22 +144,51 @@ def spread(values: list[float]) -> float:
     return _iqr(values) / med if med > 0 else 0.0
 
 
+def fingerprint_charges(fingerprint_ms: list[float], round_trip_ms: list[float], reference_ms: list[float],
+                        round_trip_credit_ms: float) -> list[float]:
+    """What each window's fingerprint command took beyond an honest one's, charged to that window: the candidate's
+    command on the parent's clock, less the host's round trip measured right after it (a trusted no-op, credited at
+    most `round_trip_credit_ms`), less the trusted side's fingerprint of the same outputs (eager's, of the same
+    seeds) on its own clock. That is the same work in every round, so its median over the rounds is taken: a round
+    where the host held up the trusted side's does not let that window's undone work go unpaid. An honest
+    fingerprint only reads outputs already made and comes to about nothing; outputs a window left undone are computed
+    here, since no fingerprint can be made without them, and are paid for in full, whatever their number. Never
+    below zero: a faster fingerprint than the trusted side's earns no credit."""
+    if not len(fingerprint_ms) == len(round_trip_ms) == len(reference_ms):
+        raise ValueError(f"fingerprint figures of {len(fingerprint_ms)}, {len(round_trip_ms)} and "
+                         f"{len(reference_ms)} windows: one each per window")
+    if not fingerprint_ms:
+        return []
+    honest = statistics.median(reference_ms)
+    return [round(max(c - min(rt, round_trip_credit_ms) - honest, 0.0), 4)
+            for c, rt in zip(fingerprint_ms, round_trip_ms, strict=True)]
+
+
 @dataclass
 class WindowSeries:
     """The wall times (ms, parent's clock) of one kind's windows, each of `calls` calls; beside them, what the
-    process said of each window (`host_ms`, `device_ms`: a diagnostic, never a figure that ranks)."""
+    process said of each window (`host_ms`, `device_ms`: a diagnostic, never a figure that ranks), and what is
+    charged to each beside its wall time (`charged_ms`, the candidate's: fingerprint_charges; none for the trusted
+    side's kinds)."""
 
     calls: int
     wall_ms: list[float]
     seen: list[dict[str, Any]] = field(default_factory=list)
+    charged_ms: list[float] = field(default_factory=list)
 
     def said(self, key: str) -> list[float]:
         """The process's figure `key` for each window where it gave a finite, non-negative number."""
         values = [_number(s.get(key)) for s in self.seen]
         return [v for v in values if v is not None]
 
+    def charges(self) -> list[float]:
+        if self.charged_ms and len(self.charged_ms) != len(self.wall_ms):
+            raise ValueError(f"{len(self.charged_ms)} charges for {len(self.wall_ms)} windows")
+        return self.charged_ms or [0.0] * len(self.wall_ms)
+
     def per_call_ms(self, empty_ms: float) -> list[float]:
-        return [max(w - empty_ms, 0.0) / self.calls for w in self.wall_ms]
+        """Each window's time per call: its wall time less the empty window's, plus what is charged to it."""
+        return [(max(w - empty_ms, 0.0) + c) / self.calls for w, c in zip(self.wall_ms, self.charges(), strict=True)]
 
 
 def _number(value: Any) -> float | None:
@@ -172,17 +203,20 @@ def _number(value: Any) -> float | None:
 
 
 def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
-    """One kind's timing figures: median over windows of (window - median empty window) / calls."""
+    """One kind's timing figures: median over windows of (window - median empty window + its charge) / calls; for
+    a series with charges, also the median of its windows alone (a diagnostic: what the time was before them)."""
     empty_ms = statistics.median(empty.wall_ms)
     per_call = series.per_call_ms(empty_ms)
-    raw = [w / series.calls for w in series.wall_ms]
+    raw = [(w + c) / series.calls for w, c in zip(series.wall_ms, series.charges(), strict=True)]
+    alone = [max(w - empty_ms, 0.0) / series.calls for w in series.wall_ms]
     return TimingStats(
         clock="parent_window", n=len(per_call), calls_per_window=series.calls,
         median_ms=statistics.median(per_call), raw_median_ms=statistics.median(raw),
         mean_ms=statistics.fmean(per_call), min_ms=min(per_call), max_ms=max(per_call),
         std_ms=statistics.pstdev(per_call) if len(per_call) > 1 else 0.0,
         overhead_ms=empty_ms / series.calls, spread=spread(per_call), windows_ms=[round(w, 4) for w in series.wall_ms],
-        noise_ms=_iqr(empty.wall_ms) / series.calls, **_diagnostics(series),
+        noise_ms=_iqr(empty.wall_ms) / series.calls, charged_ms=list(series.charged_ms),
+        windows_alone_median_ms=statistics.median(alone) if series.charged_ms else None, **_diagnostics(series),
     )
 
 
@@ -200,8 +234,8 @@ def _diagnostics(series: WindowSeries) -> dict[str, float | None]:
             if host and len(host) == n else None}
 
 
-
-# What the candidate's fingerprints of a window may take beyond the trusted side's of the same outputs (host noise:
-# scheduling; see grading.FINGERPRINT_SHARE for the share of their own time added): work left out of a window
-# beyond this is paid for there. Results graded before fingerprints used it for the hand-over's save.
+# The host's scheduling noise on a command's time, by device: the host's round trip taken off a fingerprint is credited
+# at most grading.HANDOVER_LATENCY_CREDIT of these (a submission that loads the host around its reply gains no more).
+# Results stored before fingerprints were charged to their windows allowed the fingerprints (before fingerprints, a
+# hand-over) this much more than the trusted side's, and are graded so still (grading._fingerprint_time).
 HANDOVER_SLACK_MS = {"cuda": 3.0, "cpu": 40.0}

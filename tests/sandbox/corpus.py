@@ -24,6 +24,9 @@ class Exploit:
     message_has: str | None = None  # a phrase the verdict's message must contain
     problems_dir: str | None = None  # where `problem` lives when it is not a built-in (relative to the root)
     alone: bool = False  # its check needs the GPU to itself (the GPU suite's one-at-a-time stage)
+    # The least time a timed call may be credited with (ms): a floor its forward sleeps, less the host's noise, that
+    # holds wherever the work was moved (out of its window, into its fingerprints).
+    least_call_ms: float | None = None
 
 
 A = "tests/fixtures/adversarial/"
@@ -43,8 +46,8 @@ CORPUS: tuple[Exploit, ...] = (
             "re-run; timed outputs checked", HONEST,
             gpu=True),  # CUDA's caching allocator recycles addresses every time; host malloc only sometimes
     Exploit("content-keyed cache", A + "content_keyed_cache.py", "passed", None,
-            "fresh input contents for every timed call: every lookup misses, the slow path is timed",
-            A + "content_keyed_cache_honest.py"),
+            "fresh input contents for every timed call: every lookup misses, the slow path (20 ms) is timed",
+            A + "content_keyed_cache_honest.py", least_call_ms=19.0),
     Exploit("call-counting fast path", A + "call_counting_fast_path.py", "flagged", "timed_outputs",
             "outputs of timed calls, picked after each window closed, judged element by element by the trusted side",
             HONEST),
@@ -59,14 +62,17 @@ CORPUS: tuple[Exploit, ...] = (
             "only (weights_only)", HONEST, message_has="torch.Tensor subclass"),
     Exploit("timer patch", A + "timer_patch.py", "flagged", "static:monkey_patch",
             "timing primitives captured before the import; static pre-check", HONEST),
-    Exploit("forged window: no work, computed when asked", A + "lazy_window.py", "flagged", "handover_time",
+    Exploit("forged window: no work, computed when asked", A + "lazy_window.py", "flagged", "static:harness_patch",
             "a window's time is the parent's clock; so are the fingerprints of all its outputs, under a key drawn "
-            "after it closed, which may take only what fingerprinting outputs already made takes",
-            A + "lazy_window_honest.py"),
-    Exploit("half a window computed, the rest when asked", A + "lazy_half_window.py", "flagged", "handover_time",
-            "every output of every timed window is fingerprinted on the parent's clock, not only the calls picked "
-            "for a hand-over: the skipped half is paid for there (two picked outputs cost less than saving them)",
-            HONEST, gpu=True),
+            "after it closed, and what they take beyond the trusted side's is charged to the window: its 10 ms a "
+            "call is paid; static pre-check",
+            A + "lazy_window_honest.py", least_call_ms=8.0),
+    Exploit("half a window computed, the rest when asked", A + "lazy_half_window.py", "flagged",
+            "static:harness_patch",
+            "every output of every timed window is fingerprinted on the parent's clock, right after it, and what "
+            "the fingerprints take beyond the trusted side's is charged to that window: the skipped half (4 ms a "
+            "call) is paid there, whatever a bound would have allowed; static pre-check",
+            A + "lazy_half_window_honest.py", least_call_ms=3.2),
     Exploit("forged fingerprints", A + "forged_fingerprints.py", "flagged", "timed_outputs",
             "the trusted side fingerprints eager's outputs of the same seeds under the same key; a number off by "
             "more than an error within the tolerance is a wrong output", HONEST),
@@ -168,6 +174,8 @@ def markdown_table() -> str:
         expected = " or ".join(f"`{v}`" for v in e.verdict.split("|"))
         if e.flag:
             expected += f" `{e.flag.rstrip('?')}`" + (" (if flagged)" if e.flag.endswith("?") else "")
+        if e.least_call_ms is not None:
+            expected += f", at least {e.least_call_ms:g} ms a call"
         where = "GPU" if e.gpu else "CPU + GPU"
         fixture = e.fixture.rsplit("/", 1)[-1] + (f" on `{e.problem}`" if e.problem != "level2/30" else "")
         rows.append(f"| {e.name} | `{fixture}` | {expected} | {e.defence} | `{e.twin.rsplit('/', 1)[-1]}` | "

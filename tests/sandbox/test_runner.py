@@ -6,13 +6,16 @@ Every failure class has a fixture that must be caught and an honest twin that mu
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from harness import grading
 from harness.problems.spec import ProblemSpec
+from harness.sandbox import windows
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Tolerance
 from harness.verdicts import Verdict
@@ -47,6 +50,15 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert all(0 < ms < 1e4 for ms in check.fingerprint_ms + check.reference_fingerprint_ms +
                check.fingerprint_latency_ms + check.reference_fingerprint_own_ms)
     assert not check.reference_save_ms and not check.latency_ms  # the hand-over's time bound no more
+    # The time re-made from what is stored (walls kept to 0.1 us): each window less the empty one, plus its charge.
+    t = o.candidate_timing
+    assert t.charged_ms == windows.fingerprint_charges(
+        check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_own_ms,
+        grading.HANDOVER_LATENCY_CREDIT * windows.HANDOVER_SLACK_MS["cpu"])
+    empty = t.overhead_ms * calls
+    assert t.median_ms == pytest.approx(statistics.median(
+        (max(w - empty, 0.0) + c) / calls for w, c in zip(t.windows_ms, t.charged_ms, strict=True)), abs=1e-4)
+    assert o.eager_timing.charged_ms == [] and o.eager_timing.windows_alone_median_ms is None
     assert len(check.handover_ms) == 3  # three windows, fewer than CHECKED_WINDOWS: each drawn with chance 1
     assert check.reported == check.expected == len(check.calls) == len(check.handover_ms) * picks
     assert all(c.outputs and c.outputs[0].max_abs_err == 0.0 for c in check.calls)

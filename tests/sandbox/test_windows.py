@@ -103,3 +103,56 @@ def test_a_fingerprint_past_the_float_range_is_a_mismatch_not_the_harnesss_failu
     assert len(windows.fingerprint_mismatches(0, 1, got, reference, scales)) == 2
     total, terms = windows.fingerprint_deviation(got, reference, scales)
     assert terms == 3 and math.isfinite(total) and total > grading.fingerprint_deviation_bound(terms)
+
+
+def test_what_a_windows_fingerprints_took_beyond_the_trusted_sides_is_charged_to_that_window():
+    """lazy_half_window.py's shape: windows of 10 calls of 3 ms, every other call left to the fingerprints, which the
+    trusted side does in 4 ms; the round trip after each fingerprint is 0.2 ms. The charge is what was left undone."""
+    charges = windows.fingerprint_charges([19.2, 19.2, 19.2], [0.2, 0.2, 0.2], [4.0, 4.2, 3.8], 9.0)
+    assert charges == pytest.approx([15.0, 15.0, 15.0])
+    empty = WindowSeries(calls=10, wall_ms=[1.0, 1.0, 1.0])
+    lazy = windows.stats(WindowSeries(calls=10, wall_ms=[16.0, 16.0, 16.0], charged_ms=charges), empty)
+    honest = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 31.0, 31.0], charged_ms=[0.0] * 3), empty)
+    assert lazy.median_ms == pytest.approx(3.0) == honest.median_ms  # paid in full: no faster than its honest twin
+    assert lazy.windows_alone_median_ms == pytest.approx(1.5)  # what the windows alone showed: 2x
+    assert lazy.charged_ms == charges and lazy.raw_median_ms == pytest.approx(3.1)
+    # Each window pays its own: one window that left 30 ms undone is that window's time, not the others'.
+    one = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 1.0, 31.0], charged_ms=[0.0, 30.0, 0.0]), empty)
+    assert one.min_ms == one.max_ms == pytest.approx(3.0) and one.spread == 0.0
+
+
+def test_a_round_where_the_host_held_up_the_trusted_sides_fingerprint_does_not_let_a_window_go_unpaid():
+    # The trusted side fingerprints outputs of the same shapes every round (4 ms); once the host held it up 25 ms.
+    # The window of that round left 15 ms to its fingerprints like the others, and pays it like them.
+    charges = windows.fingerprint_charges([19.2, 19.2, 19.2], [0.2, 0.2, 0.2], [4.0, 29.0, 3.9], 9.0)
+    assert charges == pytest.approx([15.0, 15.0, 15.0])
+
+
+def test_a_faster_fingerprint_than_the_trusted_sides_earns_no_credit():
+    # The candidate's fingerprints 3 ms faster than the trusted side's (its own implementation): charged nothing,
+    # never taken off the window's time.
+    charges = windows.fingerprint_charges([1.2, 1.1, 1.3], [0.2, 0.2, 0.2], [4.0, 4.2, 3.8], 9.0)
+    assert charges == [0.0, 0.0, 0.0]
+    empty = WindowSeries(calls=10, wall_ms=[1.0, 1.0, 1.0])
+    s = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 31.0, 31.0], charged_ms=charges), empty)
+    assert s.median_ms == pytest.approx(3.0) == s.windows_alone_median_ms
+
+
+def test_the_hosts_round_trip_is_taken_off_a_fingerprint_at_most_up_to_its_credit():
+    # A loaded host: an honest fingerprint (8 ms of work, the trusted side's 8 ms) answered 60 ms after it was asked
+    # for, the trusted no-op right after it 52 ms: nothing charged. A round trip beyond the credit (9 ms here) is
+    # credited only that much, whatever latency the candidate causes.
+    assert windows.fingerprint_charges([60.0], [52.0], [8.0], 200.0) == [0.0]
+    assert windows.fingerprint_charges([60.0], [52.0], [8.0], 9.0) == [43.0]
+    with pytest.raises(ValueError, match="one each per window"):
+        windows.fingerprint_charges([60.0, 61.0], [52.0], [8.0, 8.0], 9.0)
+    with pytest.raises(ValueError, match="2 charges for 3 windows"):
+        WindowSeries(calls=10, wall_ms=[1.0, 1.0, 1.0], charged_ms=[0.0, 0.0]).per_call_ms(0.0)
+
+
+def test_the_trusted_sides_kinds_carry_no_charge_and_an_honest_candidates_time_does_not_move():
+    empty = WindowSeries(calls=10, wall_ms=[1.0, 1.2, 0.8])
+    eager = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0]), empty)
+    assert eager.charged_ms == [] and eager.windows_alone_median_ms is None and eager.median_ms == pytest.approx(3.0)
+    honest = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0], charged_ms=[0.0, 0.0, 0.0]), empty)
+    assert honest.median_ms == honest.windows_alone_median_ms == eager.median_ms
