@@ -315,6 +315,7 @@ class ProblemRef(BaseModel):
     version: int
     kernelbench_id: str | None = None
     size: str
+    overrides: dict[str, Any] = Field(default_factory=dict)  # the module constants the size set
     source: str
 
 

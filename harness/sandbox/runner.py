@@ -55,6 +55,7 @@ from harness.sandbox.protocol import (
     Window,
     handover_file,
 )
+from harness.sandbox.reduced_size import SMALL, SizingFailed, small_variant, with_small
 from harness.sandbox.warm import SpareCandidate, TrustedPool, WarmTrusted
 from harness.schema import (
     DeterminismFigures,
@@ -106,7 +107,7 @@ class _Phases:
 @dataclass
 class EvalOptions:
     device: str = "auto"  # auto | cpu | cuda
-    size: str = "auto"  # auto (default on CUDA, small on CPU where the problem has one) or a size name
+    size: str = "auto"  # auto (default on CUDA, small on CPU: every problem has one, `reduced_size`) or a size name
     tolerance: Tolerance | None = None  # the problem's own when None
     trials: int | None = None
     timing: bool = True
@@ -160,8 +161,12 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
             obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     elif spare is not None:  # started for this very text, which extracted then: not reached, but never leaked
         spare.close(keep_job=True)
+    overrides: dict[str, Any] = {}
     if size == "auto":  # nothing ran (an invalid submission): no size was used
         size = "n/a"
+    elif provenance is not None:
+        with contextlib.suppress(SizingFailed, OSError, KeyError):  # the evaluation's error says why none was
+            overrides = _size_overrides(spec, size, settings)
 
     g = grading.grade(obs, tolerance)
     if provenance is not None:
@@ -170,7 +175,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     result = EvalResult(
         **g.result_fields(),
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size=size,
-                           source=str(spec.source_path)),
+                           overrides=overrides, source=str(spec.source_path)),
         tolerance=tolerance, submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
     )
     (job / "result.json").write_text(result.model_dump_json(indent=2))
@@ -207,7 +212,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             ev.handovers_judged()
         except CandidateStopped:
             pass  # why is in obs: the grade says what it means
-        except (TrustedFailed, ChildExited, ValidationError, KeyError) as e:
+        except (TrustedFailed, ChildExited, ValidationError, KeyError, SizingFailed) as e:
             ev.keep_trusted = False
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, TrustedFailed) else str(e)
     return ev.provenance, ev.size
@@ -684,7 +689,9 @@ class _Evaluation:
         return command_deadline(floor_s, calls, self.call_ms, write_bytes, self.run_limit)
 
     def _size_for(self, device: str) -> str:
-        return _size_for(self.spec, self.options.size, device)
+        size = _size_for(self.spec, self.options.size, device)
+        self.spec = _with_size(self.spec, size, self.settings)
+        return size
 
     def _load(self, size: str) -> ProblemLoad:
         return _load(self.spec, size)
@@ -705,10 +712,22 @@ def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: in
 
 
 def _size_for(spec: ProblemSpec, size: str, device: str) -> str:
-    """`auto`: the problem's small size on the CPU where it has one, else its default."""
+    """`auto`: the problem's small size on the CPU (every problem has one: `reduced_size`), else its default."""
     if size != "auto":
         return size
-    return "small" if device == "cpu" and "small" in spec.sizes else "default"
+    return SMALL if device == "cpu" else "default"
+
+
+def _with_size(spec: ProblemSpec, size: str, settings: Settings) -> ProblemSpec:
+    """The spec, with the reduced CPU size its file does not name where `size` asks for it."""
+    return with_small(spec, settings) if size == SMALL else spec
+
+
+def _size_overrides(spec: ProblemSpec, size: str, settings: Settings) -> dict[str, Any]:
+    """The module constants a size used set: what a result records of it."""
+    if size == SMALL:
+        return small_variant(spec, settings).overrides
+    return spec.sizes[size].overrides if size in spec.sizes else {}
 
 
 def _load(spec: ProblemSpec, size: str) -> ProblemLoad:
@@ -751,8 +770,9 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     try:
         # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
         # source twice in a row), whose lock goes only when it constructs.
+        size = _size_for(spec, options.size, target.device)
         candidate = _start_candidate(spec, source, options, settings, target,
-                                     _load(spec, _size_for(spec, options.size, target.device)), exchange, cand_home,
+                                     _load(_with_size(spec, size, settings), size), exchange, cand_home,
                                      job, Observations(), wait_for_build=False)
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):
