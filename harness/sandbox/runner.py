@@ -268,14 +268,19 @@ class _Evaluation:
 
     def _end_trusted(self) -> None:
         """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends.
-        One still at work (preparing, the candidate stopped while it made the trials' inputs; or comparing the
-        hand-overs, the evaluation cut short after the timed rounds) is let finish first."""
-        for busy, reply in ((self.preparing, "prepared"), (self.judging_handovers, "handovers_checked")):
-            if busy and self.trusted is not None and self.keep_trusted:
-                try:
-                    self.trusted.wait(reply)
-                except TrustedFailed:
-                    self.keep_trusted = False
+        One still preparing (the candidate failed while it made the trials' inputs and reference outputs) is ended
+        at once: that work serves this evaluation alone, whose verdict is known, and at full size it takes minutes
+        (an import NameError waited 139.8 s for it). Out of step with the commands, it is never kept: the pool
+        starts a fresh one for the next evaluation. One comparing the hand-overs (the evaluation cut short after
+        the timed rounds) is let finish: a few calls' outputs, and the warm process stays in step."""
+        if self.trusted is not None and self.preparing:
+            self.keep_trusted = False
+            self.trusted.proc.kill()
+        if self.judging_handovers and self.trusted is not None and self.keep_trusted:
+            try:
+                self.trusted.wait("handovers_checked")
+            except TrustedFailed:
+                self.keep_trusted = False
         if self.warm is not None:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
