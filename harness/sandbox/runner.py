@@ -709,6 +709,33 @@ class _Evaluation:
         return candidate
 
 
+@dataclass(frozen=True)
+class PhaseLimit:
+    """A time limit as it applies to one phase of an evaluation: what `problems show` lists."""
+
+    phase: str
+    seconds: float  # the limit, or its floor where it grows with the reference's time
+    rule: str
+
+
+def phase_limits(spec: ProblemSpec, settings: Settings, options: EvalOptions | None = None) -> list[PhaseLimit]:
+    """The limits an evaluation of `spec` runs under, per phase (the problem's run limit only caps the per-command
+    ones: a correctness command hits its own, 30 s on a fast reference, long before 300 s)."""
+    o = options or EvalOptions()
+    run = o.run_timeout_s or spec.run_timeout_s
+    grows = f"or {_HEADROOM:g}x the reference's time for its calls where more, at most {run:g} s (the run limit)"
+    return [
+        PhaseLimit("compile", o.compile_timeout_s or spec.compile_timeout_s,
+                   f"import and construct ModelNew (load_inline builds); and {settings.import_idle_timeout_s:g} s "
+                   "with no compiler running"),
+        PhaseLimit("correctness", _CORRECTNESS_FLOOR_S, f"all trials' calls in one command, {grows}"),
+        PhaseLimit("timing", _WINDOW_FLOOR_S, f"each timed window, {grows}"),
+        PhaseLimit("kernel trace", _TRACE_FLOOR_S, f"the profiled call naming the kernels, {grows}"),
+        PhaseLimit("reference", settings.reference_timeout_s, "each command of the trusted side (the harness's; an "
+                   "overrun is infra_error)"),
+    ]
+
+
 def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: int, run_limit_s: float) -> float:
     """A candidate command's deadline: generous headroom over the reference's time for its calls, and the time to
     write the outputs it saves at a slow disk's rate, above a floor, under the problem's run limit."""
