@@ -132,8 +132,13 @@ def eval_dir_command(
         worker.batch = batch  # claims this run's jobs only
         thread = threading.Thread(target=worker.run, name="eval-dir-worker", daemon=True)
         thread.start()
+    beyond = batch_mod.needing_more(db, list(by_job), worker.accepts()) if worker is not None else {}
+    if beyond:
+        typer.echo(f"warning: {len(beyond)} files need what this machine's worker has not ("
+                   f"{', '.join(sorted(set(beyond.values())))}): they stay queued for a worker that has it and are "
+                   "not evaluated here", err=True)
     try:
-        watch_jobs(db, list(by_job))
+        watch_jobs(db, [j for j in by_job if j not in beyond])
     finally:
         if worker is not None and thread is not None:
             worker.stop()

@@ -26,8 +26,8 @@ def test_a_gpu_worker_takes_the_cuda_job_a_cpu_worker_left(svc_db, svc_settings)
     assert cpu.run().claimed == 0
     slots = probe(plan_slots("0", svc_settings), svc_settings)
     gpu = Worker(svc_db, svc_settings, get_registry(), slots, exit_when_idle_s=0.5, compile_workers=0)
-    assert "cuda" in gpu._accepts() and f"cuda sm_{slots[0].target.compute_capability.replace('.', '')}" in \
-        gpu._accepts()
+    assert "cuda" in gpu.accepts() and f"cuda sm_{slots[0].target.compute_capability.replace('.', '')}" in \
+        gpu.accepts()
     stats = gpu.run()
     assert stats.verdicts == {"passed": 1}, stats
     with svc_db.session() as s:
