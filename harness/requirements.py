@@ -88,7 +88,8 @@ def needs_of(source: str) -> str | None:
                 cuda = True  # Triton compiles for a GPU
         elif isinstance(node, ast.Call) and (kind := _builder(names, node)) is not None:
             kw = {k.arg: k.value for k in node.keywords if k.arg}
-            if kind == "inline" and "cuda_sources" in kw and _nonempty(kw["cuda_sources"]):
+            sources = kw.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)  # (name, cpp, cuda)
+            if kind == "inline" and sources is not None and _nonempty(sources):
                 cuda = True
             if kind == "files" and any(_CUDA_SOURCE_FILE.search(s) for s in _strings(kw.get("sources", node))):
                 cuda = True

@@ -19,6 +19,7 @@ HEAD = "import torch\nfrom torch.utils.cpp_extension import load_inline\n"
     (HEAD + "import torch.utils.cpp_extension as ce\next = ce.load_inline('k', '', cuda_sources=s,\n"
             "    extra_cuda_cflags=['-O3', '-gencode=arch=compute_90a,code=sm_90a'])\n", "cuda sm_90a"),
     (HEAD + "ext = load_inline('k', '', cuda_sources=s, extra_cuda_cflags=['-arch=sm_80'])\n", "cuda sm_80"),
+    (HEAD + "ext = load_inline('k', cpp, cuda)\n", "cuda"),  # cuda_sources passed by position
     ("import torch.utils.cpp_extension as ce\next = ce.load('k', sources=['k.cu'])\n", "cuda"),
     ("import triton\nimport triton.language as tl\n", "cuda"),
     ("from triton import jit\n", "cuda"),

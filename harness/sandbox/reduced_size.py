@@ -10,6 +10,7 @@ No torch here: the probe is a child process.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ SMALL = "small"  # the size name every problem answers to on the CPU
 FORWARD_BUDGET_S = 0.02  # one forward pass of the reference at the reduced size, as selfcheck sizes problems
 SIZING_TIME_LIMIT_S = 180.0
 
-_lock = threading.Lock()  # one probe at a time in this process: a worker's slots asking for one problem at once
+_lock = threading.Lock()  # flock does not exclude a process's own threads (a worker's slots asking at once)
 
 
 class SizingFailed(RuntimeError):
@@ -67,7 +68,10 @@ def small_variant(spec: ProblemSpec, settings: Settings) -> SizeVariant:
         return spec.sizes[SMALL]
     digest = hashlib.sha256(spec.source_path.read_bytes()).hexdigest()[:24]
     path = artifacts.reduced_size_path(settings, f"{digest}-{FORWARD_BUDGET_S:g}")
-    with _lock:
+    # One choice per file, across processes too (eval beside a worker on one data dir): the first chooses, the
+    # others wait for it and read its choice.
+    with _lock, open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
             sized = probe(spec.source_path)
             if not sized.get("ok"):
@@ -75,7 +79,7 @@ def small_variant(spec: ProblemSpec, settings: Settings) -> SizeVariant:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"problem": spec.id, "overrides": sized["overrides"], "size": sized["size"],
                                        "forward_s": sized.get("forward_s")}))
-            tmp.replace(path)  # another process choosing at once writes the same kind of file: either is kept
+            tmp.replace(path)
         kept = json.loads(path.read_text())
     return SizeVariant(overrides=kept["overrides"])
 
