@@ -20,6 +20,7 @@ from harness.sandbox.process import ChildProcess
 DUMP_SIGNAL = signal.SIGUSR1
 WAIT_S = 2.0  # for the dump to start; it then ends within a moment
 _QUIET_S = 0.3  # the log unchanged this long after growing: the dump is written
+MAX_PROCESSES = 4  # a submission that forked copies of itself: the first few are enough to say where it was
 
 
 def _read(path: Path) -> str | None:
@@ -81,7 +82,7 @@ def dump(proc: ChildProcess, why: str, wait_s: float = WAIT_S) -> None:
     """Write the stacks of the child `proc` started (not its launcher's) into its log; never raises for what the
     process did to its own signals."""
     proc.resume()  # a frozen process could neither answer the signal nor show its threads at work
-    pids = processes_running(proc.module, proc.proc.pid)
+    pids = processes_running(proc.module, proc.proc.pid)[:MAX_PROCESSES]
     if not pids:
         proc.note(f"\n[harness] {why}: no process of the candidate's left to show the stacks of\n")
         return
