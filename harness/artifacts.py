@@ -45,6 +45,13 @@ def compile_cache_env(settings: Settings) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
 
 
+def reduced_size_path(settings: Settings, key: str) -> Path:
+    """Where a problem file's reduced CPU size, once chosen, is kept (`sandbox.reduced_size`)."""
+    root = settings.data_dir / "sizes"
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"{key}.json"
+
+
 def build_dir(settings: Settings, key: str) -> Path:
     path = settings.builds_dir / key
     path.mkdir(parents=True, exist_ok=True)

@@ -346,6 +346,7 @@ class ProblemRef(BaseModel):
     version: int
     kernelbench_id: str | None = None
     size: str
+    overrides: dict[str, Any] = Field(default_factory=dict)  # the module constants the size set
     source: str
     precision: Precision = "fp32"  # results stored before there was a choice ran at fp32
 

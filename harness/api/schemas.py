@@ -82,7 +82,7 @@ class SubmissionAccepted(BaseModel):
     position: int | None = Field(description="1: the next job a worker takes.")
     url: str
     warning: str | None = Field(None, description="Set when the text will not evaluate (it is stored and judged "
-                                "invalid_submission all the same).")
+                                "invalid_submission all the same), or when no live worker can take it (it waits).")
 
 
 class ErrorFigures(BaseModel):
@@ -167,6 +167,10 @@ class SubmissionPublic(BaseModel):
     verdict: str | None = Field(description="The current result's verdict.")
     waiting: WorkerSilence | None = Field(None, description="Set while compiling or running and the job's worker "
                                           "has sent no heartbeat for several intervals.")
+    waits_for: str | None = Field(None, description="Set while queued and no live worker can take the job, e.g. "
+                                  "\"waits for a GPU worker; none is connected\".")
+    needs: str | None = Field(None, description="What its evaluation needs of a worker: null (any), \"cuda\", "
+                              "\"cuda sm_90a\" (read from the source when it was queued).")
     result: ResultPublic | None
 
 
@@ -277,13 +281,24 @@ class WorkerPublic(BaseModel):
     last_seen: datetime
 
 
+class Unmet(BaseModel):
+    """Queued jobs that no live worker can take."""
+
+    needs: str | None = Field(description="What they need: null (any worker), \"cuda\", \"cuda sm_90a\".")
+    message: str = Field(description="e.g. \"waits for a GPU worker; none is connected\".")
+    jobs: int
+    submission_ids: list[int] = Field(description="The oldest few.")
+
+
 class Health(BaseModel):
-    status: str
+    status: str = Field(description="ok; degraded while queued jobs wait for a worker that none live can be "
+                        "(`waiting` says which); unavailable when the database does not answer.")
     version: str
     database: str
     open_mode: bool
     queue: dict[str, int]
     workers: list[WorkerPublic]
+    waiting: list[Unmet] = []
 
 
 class ErrorBody(BaseModel):

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from harness.api import charts
 from harness.api.pages import VERDICT_COLOURS
 from harness.api.schemas import WorkerSilence
-from harness.api.views import worker_silence
+from harness.api.views import waits_for, worker_silence
 from harness.config import Settings
 from harness.db import queries
 from harness.db.models import UNFINISHED_STATUSES, Job, Result, Submission
@@ -92,6 +92,7 @@ class SubmissionPage:
     timings: list[tuple[str, TimingStats]]
     waiting: WorkerSilence | None  # its worker has gone silent mid-evaluation
     workers_live: int  # workers heard from lately: with none, a queued job waits for one to start
+    waits_for: str | None  # queued, and it needs what no live worker has ("waits for a GPU worker; ...")
     silent_after_s: float
     problem_tolerance: Tolerance | None  # the problem's tolerance now, where the result's differs from it
 
@@ -151,5 +152,6 @@ def submission_page(session: Session, sub: Submission, settings: Settings,
         verdict_colour=VERDICT_COLOURS.get(sub.verdict or "pending", "#999"), source_html=source_html,
         extract_error=extract_error, is_reply=sub.text_kind == "reply", logs=_logs(result) if result else [],
         trials=trials, timing_svg=timing_svg, timings=timings, waiting=waiting, workers_live=live,
+        waits_for=waits_for(session, settings.worker_silent_after_s, job) if job is not None and job.needs else None,
         silent_after_s=settings.worker_silent_after_s,
         problem_tolerance=problem_tolerance if result is None or problem_tolerance != result.tolerance else None)

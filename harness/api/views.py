@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy.orm import Session
+
 from harness.api.schemas import (
     ErrorFigures,
     ProblemPublic,
@@ -14,9 +16,11 @@ from harness.api.schemas import (
     Timings,
     WorkerSilence,
 )
-from harness.db.models import ACTIVE_STATUSES, Job, Result, Submission
+from harness.db import queries
+from harness.db.models import ACTIVE_STATUSES, Job, JobStatus, Result, Submission
 from harness.precision import PRECISIONS
 from harness.problems.spec import ProblemSpec
+from harness.requirements import waiting_note
 from harness.schema import EvalResult, Tolerance
 
 
@@ -65,14 +69,24 @@ def worker_silence(job: Job | None, now: datetime, silent_after_s: float) -> Wor
                          message=message)
 
 
+def waits_for(session: Session, silent_after_s: float, job: Job | None) -> str | None:
+    """What a queued job waits for when no live worker can take it ("waits for a GPU worker; none is
+    connected"); None when one can, or the job is not queued."""
+    if job is None or job.status != JobStatus.queued.value:
+        return None
+    if queries.can_be_taken(queries.live_accepts(session, silent_after_s), job.needs):
+        return None
+    return waiting_note(job.needs)
+
+
 def submission_public(sub: Submission, result: Result | None, job: Job | None, position: int | None,
-                      waiting: WorkerSilence | None = None) -> SubmissionPublic:
+                      waiting: WorkerSilence | None = None, waits_for: str | None = None) -> SubmissionPublic:
     return SubmissionPublic(
         id=sub.id, problem_id=sub.problem_id, problem_version=sub.problem_version, submitter=sub.submitter,
         model=sub.model, tags=sub.tags, metadata=sub.meta, text_kind=sub.text_kind, text=sub.text,
         precision=sub.precision, created_at=sub.created_at, status=sub.status, position=position,
-        attempts=job.attempts if job else 0,
-        verdict=sub.verdict, waiting=waiting, result=result_public(result) if result else None,
+        attempts=job.attempts if job else 0, verdict=sub.verdict, waiting=waiting, waits_for=waits_for,
+        needs=job.needs if job else None, result=result_public(result) if result else None,
     )
 
 

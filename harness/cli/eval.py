@@ -12,6 +12,7 @@ from harness.config import get_settings
 from harness.precision import PRECISIONS
 from harness.precision import check as check_precision
 from harness.problems.spec import V01_TOLERANCE
+from harness.sandbox.reduced_size import SMALL
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult, Tolerance
 
@@ -22,7 +23,9 @@ def eval_command(
     submission: Path = typer.Option(..., "--submission", "-s", exists=True, dir_okay=False,
                                     help="A Python file defining ModelNew, or a raw LLM reply holding one."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-    size: str = typer.Option("auto", "--size", help="auto (default on CUDA, small on CPU) | default | small"),
+    size: str = typer.Option("auto", "--size", help="auto (default on CUDA, small on CPU) | default | small. Every "
+                             "problem has small: a KernelBench file's is chosen on first use (one forward pass "
+                             "of about 20 ms here) and kept in the data dir."),
     trials: int = typer.Option(None, "--trials", min=1, help="Correctness trials (default 5)."),
     atol: float = typer.Option(None, "--atol", help="Override the problem's absolute tolerance."),
     rtol: float = typer.Option(None, "--rtol", help="Override the problem's relative tolerance."),
@@ -53,8 +56,9 @@ def eval_command(
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"use {', '.join(PRECISIONS)}", param_hint="--precision")
     spec = find_problem(problems_dir, problem)
-    if size not in ("auto", *spec.sizes):
-        raise typer.BadParameter(f"problem {spec.id} has sizes: {', '.join(spec.sizes)}", param_hint="--size")
+    if size not in ("auto", SMALL, *spec.sizes):
+        raise typer.BadParameter(f"problem {spec.id} has sizes: {', '.join(dict.fromkeys([*spec.sizes, SMALL]))}",
+                                 param_hint="--size")
     tolerance = V01_TOLERANCE if v01 else None
     if atol is not None or rtol is not None:
         base = tolerance or spec.tolerance_at(precision)
@@ -85,7 +89,8 @@ def render(r: EvalResult) -> str:
     p, o = r.provenance, r.observations
     lines = [f"verdict:    {r.verdict.value}", f"message:    {r.message}",
              f"problem:    {r.problem.id} v{r.problem.version} ({r.problem.kernelbench_id or '-'})"
-             + (f", size {r.problem.size}" if p is not None else ""),  # no size where nothing ran
+             + (f", size {r.problem.size}" if p is not None else "")  # no size where nothing ran
+             + (f" ({' '.join(f'{k}={v}' for k, v in r.problem.overrides.items())})" if r.problem.overrides else ""),
              f"precision:  {r.problem.precision}",
              f"tolerance:  {r.tolerance}"]
     if p is not None:

@@ -298,10 +298,15 @@ def run_batch(db: Database, settings: Settings, worker: Worker | None, batch: st
         worker.batch = batch  # claims this run's jobs only
         thread = threading.Thread(target=worker.run, name="eval-dir-worker", daemon=True)
         thread.start()
+    beyond = batch_mod.needing_more(db, job_ids, worker.accepts()) if worker is not None else {}
+    if beyond:
+        typer.echo(f"warning: {len(beyond)} files need what this machine's worker has not ("
+                   f"{', '.join(sorted(set(beyond.values())))}): they stay queued for a worker that has it and are "
+                   "not evaluated here", err=True)
     stopped = False
     try:
-        follow_jobs(db, settings, job_ids, on_done=on_result, interrupted=". Ctrl-C stops the run and prints the "
-                    "table so far")
+        follow_jobs(db, settings, [j for j in job_ids if j not in beyond], on_done=on_result,
+                    interrupted=". Ctrl-C stops the run and prints the table so far")
     except KeyboardInterrupt:
         stopped = True
     if stopped:

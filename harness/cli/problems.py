@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 
 from harness.cli.common import ProblemsDirOption, find_problem, registry, si
+from harness.config import get_settings
 from harness.precision import PRECISIONS
 from harness.problems.spec import module_constants
+from harness.sandbox.runner import phase_limits
 
 app = typer.Typer(help="List and inspect problems.", no_args_is_help=True)
 
@@ -42,15 +44,19 @@ def show_problem(problem: str = typer.Argument(..., help="Slug, KernelBench id (
     Example: harness problems show level2/75 --source
     """
     spec = find_problem(problems_dir, problem)
+    limits = phase_limits(spec, get_settings())
     if as_json:
-        typer.echo(json.dumps({**spec.model_dump(mode="json"), "stochastic": spec.stochastic}, indent=2))
+        typer.echo(json.dumps({**spec.model_dump(mode="json"), "stochastic": spec.stochastic,
+                               "time_limits": [vars(lim) for lim in limits]}, indent=2))
         return
     typer.echo(f"{spec.id}  (KernelBench {spec.kernelbench_id or '-'}, version {spec.version})")
     if spec.description:
         typer.echo(f"  {spec.description}")
     typer.echo(f"  file:        {spec.source_path}")
     typer.echo("  tolerance:   " + ", ".join(f"{spec.tolerance_at(p)} at {p}" for p in PRECISIONS))
-    typer.echo(f"  time limits: compile {spec.compile_timeout_s:g} s, run {spec.run_timeout_s:g} s")
+    typer.echo("  time limits:")
+    for lim in limits:
+        typer.echo(f"    {lim.phase + ':':<14}{lim.seconds:g} s: {lim.rule}")
     typer.echo(f"  constructor: Model({', '.join(spec.init_arg_names)})")
     if spec.stochastic:
         typer.echo(f"  stochastic:  yes ({', '.join(spec.stochastic)}): both sides run each call right after "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -36,6 +36,7 @@ from harness.db.models import (
     utcnow,
 )
 from harness.db.session import WRITE_OPTIONS
+from harness.requirements import needs_of_text
 from harness.schema import EvalResult
 
 _QUEUE_LIMIT_LOCK = 0x6B68  # advisory lock space (first key) of the per-token queue limit
@@ -152,7 +153,7 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
         session.add(sub)
         session.flush()
         job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
-                  not_before=db_now(session))
+                  not_before=db_now(session), needs=needs_of_text(new.text))
         session.add(job)
         session.commit()
     except BaseException:
@@ -172,8 +173,11 @@ def enqueue(session: Session, submission_ids: Iterable[int], *, reason: str, max
     busy = set(session.scalars(select(Job.submission_id).where(Job.submission_id.in_(ids),
                                                                Job.status.in_(UNFINISHED_STATUSES))))
     now = db_now(session)
+    # Decided again from the text: a re-evaluation follows what the harness now knows a source needs.
+    texts = dict(session.execute(select(Submission.id, Submission.text).where(
+        Submission.id.in_([i for i in ids if i not in busy]))).all())
     jobs = [Job(submission_id=i, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
-                not_before=now) for i in ids if i not in busy]
+                not_before=now, needs=needs_of_text(texts[i])) for i in ids if i in texts]
     session.add_all(jobs)
     if jobs:
         session.execute(update(Submission).where(Submission.id.in_([j.submission_id for j in jobs]))
@@ -287,8 +291,12 @@ class ClaimedJob:
     precision: str = "fp32"  # the submission's
 
 
-def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | None = None) -> ClaimedJob | None:
+def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | None = None,
+              accepts: Collection[str] | None = None) -> ClaimedJob | None:
     """Take the next queued job, atomically, with a lease.
+
+    `accepts`: the needs the worker meets (`requirements.accepted`); a job needing anything else is left for a
+    worker that meets it. None takes any job (a tool that stores results without evaluating, as the demo).
 
     One UPDATE picks and takes the row. On SQLite the write lock makes it atomic; on PostgreSQL the
     subquery's FOR UPDATE SKIP LOCKED (SQLite's compiler leaves it out) lets claimers pass rows
@@ -300,6 +308,8 @@ def claim_job(session: Session, worker_id: str, lease_s: float, *, batch: str | 
             .order_by(Job.priority.desc(), Job.id).limit(1).with_for_update(skip_locked=True))
     if batch is not None:
         pick = pick.where(Job.batch == batch)
+    if accepts is not None:
+        pick = pick.where(or_(Job.needs.is_(None), Job.needs.in_(list(accepts))))
     token = uuid.uuid4().hex
     row = session.execute(
         update(Job).where(Job.id == pick.scalar_subquery(), Job.status == JobStatus.queued.value)
@@ -439,10 +449,11 @@ def requeue_expired(session: Session, lost_result: Callable[[Submission, Job], E
 
 # ---- workers ---------------------------------------------------------------------------------------
 
-def register_worker(session: Session, worker_id: str, *, hostname: str, pid: int, slots: list[str]) -> None:
+def register_worker(session: Session, worker_id: str, *, hostname: str, pid: int, slots: list[str],
+                    accepts: list[str] | None = None) -> None:
     _write(session)
     now = db_now(session)
-    session.merge(WorkerRow(id=worker_id, hostname=hostname, pid=pid, slots=slots, started_at=now,
+    session.merge(WorkerRow(id=worker_id, hostname=hostname, pid=pid, slots=slots, accepts=accepts, started_at=now,
                             last_seen=now, stopped_at=None))
     session.commit()
 

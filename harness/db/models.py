@@ -102,6 +102,9 @@ class Job(Base):
     submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
     reason: Mapped[str] = mapped_column(String(16))  # "submit" | "reeval" | "eval-dir"
     batch: Mapped[str | None] = mapped_column(String(100), index=True)  # a worker may claim one batch only
+    # What evaluating it needs of a worker (`harness.requirements`): None, "cuda", "cuda sm_90a". Only a worker
+    # that meets it claims the job; decided from the text when the job is queued.
+    needs: Mapped[str | None] = mapped_column(String(32), default=None)
     priority: Mapped[int] = mapped_column(default=0)  # higher first; bulk re-evaluation below new submissions
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.queued.value)
     attempts: Mapped[int] = mapped_column(default=0)
@@ -161,6 +164,8 @@ class WorkerRow(Base):
     hostname: Mapped[str] = mapped_column(String(200))
     pid: Mapped[int]
     slots: Mapped[list[str]]  # e.g. ["cuda:0 NVIDIA H100 80GB HBM3", "cpu"]
+    # The job needs it meets (`requirements.accepted`); None: registered before it said (read from its slots).
+    accepts: Mapped[list[str] | None] = mapped_column(default=None)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(default=None)

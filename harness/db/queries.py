@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, defer
 from harness.db.crud import db_now, hash_token
 from harness.db.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Job, JobStatus, Result, Submission, Token, WorkerRow
 from harness.reporting import reference_vouched
+from harness.requirements import met, slots_accept
 from harness.verdicts import Verdict
 
 
@@ -235,6 +236,42 @@ def live_workers(session: Session, within_s: float) -> Sequence[WorkerRow]:
     since = db_now(session) - timedelta(seconds=within_s)
     return session.scalars(select(WorkerRow).where(WorkerRow.last_seen >= since, WorkerRow.stopped_at.is_(None))
                            .order_by(WorkerRow.started_at)).all()
+
+
+def live_accepts(session: Session, within_s: float) -> set[str] | None:
+    """The needs that some live worker meets; None when no worker is live (then not even a job that needs
+    nothing is taken)."""
+    workers = live_workers(session, within_s)
+    if not workers:
+        return None
+    return {n for w in workers for n in (w.accepts if w.accepts is not None else slots_accept(w.slots))}
+
+
+def can_be_taken(accepts: set[str] | None, needs: str | None) -> bool:
+    return accepts is not None and met(needs, accepts)
+
+
+@dataclass
+class UnmetNeed:
+    """Queued jobs that need what no live worker has."""
+
+    needs: str | None
+    jobs: int
+    submission_ids: list[int]  # the oldest few
+
+
+def unmet_needs(session: Session, within_s: float, shown: int = 10) -> list[UnmetNeed]:
+    accepts = live_accepts(session, within_s)
+    queued = Job.status == JobStatus.queued.value
+    rows = session.execute(select(Job.needs, func.count(Job.id)).where(queued).group_by(Job.needs)).all()
+    out = []
+    for needs, n in sorted(rows, key=lambda r: r[0] or ""):
+        if can_be_taken(accepts, needs):
+            continue
+        which = Job.needs.is_(None) if needs is None else Job.needs == needs
+        ids = list(session.scalars(select(Job.submission_id).where(queued, which).order_by(Job.id).limit(shown)))
+        out.append(UnmetNeed(needs=needs, jobs=n, submission_ids=ids))
+    return out
 
 
 def running_workers_on(session: Session, hostname: str) -> Sequence[WorkerRow]:

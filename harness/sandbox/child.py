@@ -11,6 +11,7 @@ process.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import importlib.util
 import inspect
@@ -48,6 +49,7 @@ from harness.sandbox.protocol import (
     inputs_file,
     output_file,
 )
+from harness.sandbox.stacks import DUMP_SIGNAL
 from harness.verdicts import Phase
 
 
@@ -362,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     mode.add_argument("--compile-only", type=Path, metavar="SUBMISSION",
                       help="import the submission (running its load_inline builds) and stop")
     args = parser.parse_args(argv)
+    # Before any submission code: on a timeout the parent asks for the stacks into the log (sandbox/stacks.py).
+    faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
     chan = Channel(args.channel_fd)
     problem_module.save_without_checksums()
     if args.compile_only is not None:

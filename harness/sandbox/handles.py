@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness import kernels
+from harness.sandbox import stacks
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
 from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
 from harness.schema import ChildError, ChildExit, FlagChange, KernelLaunch, KernelTrace, Observations
@@ -200,6 +201,10 @@ class Candidate:
         self.ended = True
         if self.exit.finished or self.channel_closed:
             self.proc.wait_exit(self.kill_grace_s + 10)  # the pipe closes a moment before the process is reapable
+        elif self.exit.timed_out and self.proc.proc.poll() is None:
+            limit = f"idle {self.exit.idle_s:g} s with no compiler running" if self.exit.idle_s is not None else \
+                f"past its {self.exit.deadline_s:g} s limit" if self.exit.deadline_s else "past its limit"
+            stacks.dump(self.proc, f"the {self.exit.phase.value} phase timed out ({limit})")
         self.proc.kill()
         code = self.proc.proc.returncode
         self.exit.returncode = code

@@ -73,6 +73,7 @@ class ChildProcess:
     def __init__(self, module: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
                  kill_grace_s: float, jail: Jail | None = None):
         self.kill_grace_s = kill_grace_s
+        self.module = module
         self.log_path = log_path
         self.jail = jail
         self.limit_exceeded: str | None = None  # why the parent killed it for a resource limit
@@ -303,6 +304,18 @@ class ChildProcess:
                 self.proc.stdin.close()
         self._reader.join(timeout=5)
         self._log.close()
+
+    def note(self, text: str) -> None:
+        """Write the harness's own line into the child's log, at the offset the child writes at (they share it)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._log.write(text.encode(errors="replace"))
+            self._log.flush()
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
 
     def log_tail(self, max_bytes: int = 8192) -> str:
         try:

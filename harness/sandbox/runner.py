@@ -57,6 +57,7 @@ from harness.sandbox.protocol import (
     Window,
     handover_file,
 )
+from harness.sandbox.reduced_size import SMALL, SizingFailed, small_variant, with_small
 from harness.sandbox.warm import SpareCandidate, TrustedPool, WarmTrusted
 from harness.schema import (
     DeterminismFigures,
@@ -109,7 +110,7 @@ class _Phases:
 @dataclass
 class EvalOptions:
     device: str = "auto"  # auto | cpu | cuda
-    size: str = "auto"  # auto (default on CUDA, small on CPU where the problem has one) or a size name
+    size: str = "auto"  # auto (default on CUDA, small on CPU: every problem has one, `reduced_size`) or a size name
     tolerance: Tolerance | None = None  # the problem's own at the precision when None
     precision: Precision = "fp32"  # inputs, parameters and both models cast to it (harness/precision.py)
     trials: int | None = None
@@ -167,8 +168,12 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
             obs.reference_error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     elif spare is not None:  # started for this very text, which extracted then: not reached, but never leaked
         spare.close(keep_job=True)
+    overrides: dict[str, Any] = {}
     if size == "auto":  # nothing ran (an invalid submission): no size was used
         size = "n/a"
+    elif provenance is not None:
+        with contextlib.suppress(SizingFailed, OSError, KeyError):  # the evaluation's error says why none was
+            overrides = _size_overrides(spec, size, settings)
 
     g = grading.grade(obs, tolerance)
     if provenance is not None:
@@ -177,7 +182,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     result = EvalResult(
         **g.result_fields(),
         problem=ProblemRef(id=spec.id, version=spec.version, kernelbench_id=spec.kernelbench_id, size=size,
-                           source=str(spec.source_path), precision=options.precision),
+                           overrides=overrides, source=str(spec.source_path), precision=options.precision),
         tolerance=tolerance, submission_sha256=sha, observations=obs, provenance=provenance, job_dir=str(job),
     )
     (job / "result.json").write_text(result.model_dump_json(indent=2))
@@ -214,7 +219,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             ev.handovers_judged()
         except CandidateStopped:
             pass  # why is in obs: the grade says what it means
-        except (TrustedFailed, ChildExited, ValidationError, KeyError) as e:
+        except (TrustedFailed, ChildExited, ValidationError, KeyError, SizingFailed) as e:
             ev.keep_trusted = False
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, TrustedFailed) else str(e)
     return ev.provenance, ev.size
@@ -270,14 +275,19 @@ class _Evaluation:
 
     def _end_trusted(self) -> None:
         """The trusted process goes back to its pool, warm, if it served this evaluation to the end; else it ends.
-        One still at work (preparing, the candidate stopped while it made the trials' inputs; or comparing the
-        hand-overs, the evaluation cut short after the timed rounds) is let finish first."""
-        for busy, reply in ((self.preparing, "prepared"), (self.judging_handovers, "handovers_checked")):
-            if busy and self.trusted is not None and self.keep_trusted:
-                try:
-                    self.trusted.wait(reply)
-                except TrustedFailed:
-                    self.keep_trusted = False
+        One still preparing (the candidate failed while it made the trials' inputs and reference outputs) is ended
+        at once: that work serves this evaluation alone, whose verdict is known, and at full size it takes minutes
+        (an import NameError waited 139.8 s for it). Out of step with the commands, it is never kept: the pool
+        starts a fresh one for the next evaluation. One comparing the hand-overs (the evaluation cut short after
+        the timed rounds) is let finish: a few calls' outputs, and the warm process stays in step."""
+        if self.trusted is not None and self.preparing:
+            self.keep_trusted = False
+            self.trusted.proc.kill()
+        if self.judging_handovers and self.trusted is not None and self.keep_trusted:
+            try:
+                self.trusted.wait("handovers_checked")
+            except TrustedFailed:
+                self.keep_trusted = False
         if self.warm is not None:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
@@ -711,7 +721,9 @@ class _Evaluation:
         return command_deadline(floor_s, calls, self.call_ms, write_bytes, self.run_limit)
 
     def _size_for(self, device: str) -> str:
-        return _size_for(self.spec, self.options.size, device)
+        size = _size_for(self.spec, self.options.size, device)
+        self.spec = _with_size(self.spec, size, self.settings)
+        return size
 
     def _load(self, size: str) -> ProblemLoad:
         return _load(self.spec, size, self.options.precision)
@@ -724,6 +736,33 @@ class _Evaluation:
         return candidate
 
 
+@dataclass(frozen=True)
+class PhaseLimit:
+    """A time limit as it applies to one phase of an evaluation: what `problems show` lists."""
+
+    phase: str
+    seconds: float  # the limit, or its floor where it grows with the reference's time
+    rule: str
+
+
+def phase_limits(spec: ProblemSpec, settings: Settings, options: EvalOptions | None = None) -> list[PhaseLimit]:
+    """The limits an evaluation of `spec` runs under, per phase (the problem's run limit only caps the per-command
+    ones: a correctness command hits its own, 30 s on a fast reference, long before 300 s)."""
+    o = options or EvalOptions()
+    run = o.run_timeout_s or spec.run_timeout_s
+    grows = f"or {_HEADROOM:g}x the reference's time for its calls where more, at most {run:g} s (the run limit)"
+    return [
+        PhaseLimit("compile", o.compile_timeout_s or spec.compile_timeout_s,
+                   f"import and construct ModelNew (load_inline builds); and {settings.import_idle_timeout_s:g} s "
+                   "with no compiler running"),
+        PhaseLimit("correctness", _CORRECTNESS_FLOOR_S, f"all trials' calls in one command, {grows}"),
+        PhaseLimit("timing", _WINDOW_FLOOR_S, f"each timed window, {grows}"),
+        PhaseLimit("kernel trace", _TRACE_FLOOR_S, f"the profiled call naming the kernels, {grows}"),
+        PhaseLimit("reference", settings.reference_timeout_s, "each command of the trusted side (the harness's; an "
+                   "overrun is infra_error)"),
+    ]
+
+
 def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: int, run_limit_s: float) -> float:
     """A candidate command's deadline: generous headroom over the reference's time for its calls, and the time to
     write the outputs it saves at a slow disk's rate, above a floor, under the problem's run limit."""
@@ -732,10 +771,22 @@ def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: in
 
 
 def _size_for(spec: ProblemSpec, size: str, device: str) -> str:
-    """`auto`: the problem's small size on the CPU where it has one, else its default."""
+    """`auto`: the problem's small size on the CPU (every problem has one: `reduced_size`), else its default."""
     if size != "auto":
         return size
-    return "small" if device == "cpu" and "small" in spec.sizes else "default"
+    return SMALL if device == "cpu" else "default"
+
+
+def _with_size(spec: ProblemSpec, size: str, settings: Settings) -> ProblemSpec:
+    """The spec, with the reduced CPU size its file does not name where `size` asks for it."""
+    return with_small(spec, settings) if size == SMALL else spec
+
+
+def _size_overrides(spec: ProblemSpec, size: str, settings: Settings) -> dict[str, Any]:
+    """The module constants a size used set: what a result records of it."""
+    if size == SMALL:
+        return small_variant(spec, settings).overrides
+    return spec.sizes[size].overrides if size in spec.sizes else {}
 
 
 def _load(spec: ProblemSpec, size: str, precision: str) -> ProblemLoad:
@@ -778,8 +829,10 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
     try:
         # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
         # source twice in a row), whose lock goes only when it constructs.
-        load = _load(spec, _size_for(spec, options.size, target.device), options.precision)
-        candidate = _start_candidate(spec, source, options, settings, target, load, exchange, cand_home,
+        size = _size_for(spec, options.size, target.device)
+        candidate = _start_candidate(spec, source, options, settings, target,
+                                     _load(_with_size(spec, size, settings), size, options.precision), exchange,
+                                     cand_home,
                                      job, Observations(), wait_for_build=False)
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):

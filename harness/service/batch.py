@@ -23,6 +23,7 @@ from harness.db import crud, queries
 from harness.db.session import Database
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
+from harness.requirements import describe, met
 from harness.service import kernelbench as kb
 from harness.service.kernelbench import KernelBenchReport
 from harness.service.outcomes import scored
@@ -124,6 +125,18 @@ def write_report(path: Path, rep: EvalDirReport) -> None:
     os.replace(tmp, path)
 
 
+def needing_more(db: Database, job_ids: list[int], accepts: set[str]) -> dict[int, str]:
+    """The jobs (with what they need) that a worker meeting `accepts` cannot take: a CUDA extension for a CPU-only
+    worker. They stay queued for a worker that meets them; a run evaluated here does not wait for them."""
+    with db.session() as s:
+        needs = {j: queries.get_job(s, j).needs for j in job_ids}
+    return {j: n for j, n in needs.items() if n is not None and not met(n, accepts)}
+
+
+def waiting_message(needs: str) -> str:
+    return f"not evaluated here: it needs {describe(needs)}, and stays queued for one"
+
+
 class SampleResult(BaseModel):
     sample: int
     file: str
@@ -169,6 +182,7 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
     """The run's report: the batch's submissions, and those of earlier runs that `--resume` reused."""
     with db.session() as s:
         rows = [*queries.batch_results(s, batch), *queries.submissions_with_results(s, reused or [])]
+        needs = {sub.id: job.needs for sub, _ in rows if (job := queries.latest_job(s, sub.id)) is not None}
     by_problem: dict[str, list[SampleResult]] = defaultdict(list)
     kb_ids: dict[str, str | None] = {}
     results = []
@@ -176,7 +190,8 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
         meta = sub.meta or {}
         by_problem[sub.problem_id].append(SampleResult(
             sample=int(meta.get("sample", -1)), file=str(meta.get("file", "")), submission_id=sub.id,
-            verdict=res.verdict if res else None, message=res.message if res else None,
+            verdict=res.verdict if res else None,
+            message=res.message if res else waiting_message(n) if (n := needs.get(sub.id)) else None,
             device=res.device if res else None, speedup_vs_eager=res.speedup_vs_eager if res else None,
             speedup_vs_compile=res.speedup_vs_compile if res else None, flags=list(res.flags or []) if res else []))
         if res is not None and res.verdict != Verdict.infra_error.value:

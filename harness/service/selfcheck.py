@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from harness.config import Settings
 from harness.problems.spec import ProblemSpec, SizeVariant
-from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
+from harness.sandbox import reduced_size
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Precision
 
@@ -48,8 +47,8 @@ CI_SAMPLE = (
 class SelfcheckOptions:
     device: str = "cpu"  # cpu | cuda
     reduce: bool | None = None  # reduce sizes to the budget; None: on the CPU only
-    forward_budget_s: float = 0.02  # the estimated time of one forward pass to shrink a problem to
-    sizing_time_limit_s: float = 180.0
+    forward_budget_s: float = reduced_size.FORWARD_BUDGET_S  # one forward pass's estimated time to shrink to
+    sizing_time_limit_s: float = reduced_size.SIZING_TIME_LIMIT_S
     jobs: int = 1
     seed: int | None = None
     # What both sides run at (harness/precision.py). Sizes are chosen at fp32: at a half precision they hold half
@@ -117,24 +116,8 @@ def select(specs: Iterable[ProblemSpec], sample: list[str] | None) -> list[Probl
 
 def choose_size(spec: ProblemSpec, options: SelfcheckOptions, threads: int) -> dict[str, Any]:
     """Run the size probe for one problem; its `sized` fields, or {"ok": False, "error": ...}."""
-    with tempfile.TemporaryDirectory(prefix="harness-size-") as tmp:
-        home = Path(tmp)
-        child = ChildProcess("harness.sandbox.size_probe", [], cwd=home, env=scrubbed_env({}, home),
-                             log_path=home / "probe.log", kill_grace_s=2.0)
-        try:
-            child.send({"path": str(spec.source_path.resolve()), "device": options.device,
-                        "budget_s": options.forward_budget_s, "time_limit_s": options.sizing_time_limit_s,
-                        "threads": threads})
-            msg = child.next_message(time.monotonic() + options.sizing_time_limit_s + 60)
-            if msg.event == "sized":
-                return msg.fields
-            return {"ok": False, "error": f"the size probe failed: {msg.fields.get('error')}"}
-        except Deadline:
-            return {"ok": False, "error": f"the size probe found no size in {options.sizing_time_limit_s:g} s"}
-        except ChildExited:
-            return {"ok": False, "error": f"the size probe exited: {child.log_tail(600).strip()[-600:]}"}
-        finally:
-            child.reap()
+    return reduced_size.probe(spec.source_path, device=options.device, budget_s=options.forward_budget_s,
+                              time_limit_s=options.sizing_time_limit_s, threads=threads)
 
 
 def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int) -> SelfcheckRow:

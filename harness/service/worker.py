@@ -35,6 +35,7 @@ from harness.db.session import Database
 from harness.precision import check as check_precision
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
+from harness.requirements import accepted
 from harness.sandbox import runner
 from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
 from harness.sandbox.warm import TrustedPool
@@ -147,7 +148,7 @@ class Worker:
     def run(self) -> WorkerStats:
         with self.db.session() as s:
             crud.register_worker(s, self.id, hostname=socket.gethostname(), pid=os.getpid(),
-                                 slots=[slot.describe() for slot in self.slots])
+                                 slots=[slot.describe() for slot in self.slots], accepts=sorted(self.accepts()))
         log.info("worker %s: slots %s, %d compile workers%s", self.id, ", ".join(s.describe() for s in self.slots),
                  self.compile_workers, f", batch {self.batch}" if self.batch else "")
         threads = [threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)]
@@ -200,6 +201,11 @@ class Worker:
         mode = self.settings.prestart_candidates
         return mode == "on" or (mode == "auto" and slot.device == "cuda")
 
+    def accepts(self) -> set[str]:
+        """The job needs this worker's live slots meet: a CPU-only worker leaves a CUDA job for a GPU worker."""
+        live = [s for s in self.slots if s.name not in self.stats.retired_slots]
+        return {n for s in live for n in accepted(s.device, s.target.compute_capability if s.target else None)}
+
     def _claim_loop(self) -> None:
         idle_since = time.monotonic()
         next_reap = next_prune = 0.0
@@ -219,7 +225,8 @@ class Worker:
                 next_prune = time.monotonic() + 600.0
             try:
                 with self.db.session() as s:
-                    claim = crud.claim_job(s, self.id, self.settings.lease_s, batch=self.batch)
+                    claim = crud.claim_job(s, self.id, self.settings.lease_s, batch=self.batch,
+                                           accepts=self.accepts())
             except Exception:
                 log.exception("claiming a job failed; trying again")
                 claim = None

@@ -19,7 +19,16 @@ def _count(db, model) -> int:
         return s.scalar(select(func.count(model.id)))
 
 
+def _cpu_worker(db) -> None:
+    """A live worker that takes jobs needing nothing: without one, the 202 says the job waits for one."""
+    from harness.db import crud
+
+    with db.session() as s:
+        crud.register_worker(s, "cpu-host:1", hostname="cpu-host", pid=1, slots=["cpu"], accepts=[])
+
+
 def test_a_submission_is_stored_and_queued_before_the_202(client, db, tokens):
+    _cpu_worker(db)
     r = client.post("/api/submissions", json=body(tags=["run-1"], metadata={"temperature": 0.7}),
                     headers=Tokens.header(tokens.user))
     assert r.status_code == 202, r.text
@@ -36,6 +45,7 @@ def test_a_submission_is_stored_and_queued_before_the_202(client, db, tokens):
 
 
 def test_a_raw_reply_is_accepted_and_a_reply_without_code_is_stored_with_a_warning(client, db, tokens):
+    _cpu_worker(db)
     reply = "Here is my kernel:\n```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n```\n"
     r = client.post("/api/submissions", json=body(source=None, reply=reply), headers=Tokens.header(tokens.user))
     assert r.status_code == 202 and r.json()["warning"] is None
@@ -249,3 +259,26 @@ def test_a_submission_carries_its_precision_to_the_job_and_an_unknown_one_is_a_4
     bad = client.post("/api/submissions", json=body(precision="fp8"), headers=h)
     assert bad.status_code == 422 and "'fp32', 'fp16' or 'bf16'" in bad.json()["detail"]
     assert _count(db, Submission) == 2
+
+
+def test_a_cuda_submission_to_a_service_without_a_gpu_worker_is_told_it_waits(client, db, tokens):
+    """It got a 202 and then runtime_error (CUDA_HOME is not set) from a CPU worker, counted against the model.
+    Now it waits, and the 202, the API and the page say what for; a GPU worker's arrival clears it."""
+    cuda = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+            "ext = load_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n"
+            "class ModelNew(torch.nn.Module):\n    pass\n")
+    _cpu_worker(db)
+    plain = client.post("/api/submissions", json=body(), headers=Tokens.header(tokens.user)).json()
+    assert plain["warning"] is None
+    r = client.post("/api/submissions", json=body(source=cuda), headers=Tokens.header(tokens.user))
+    assert r.status_code == 202 and "waits for a GPU worker; none is connected" in r.json()["warning"]
+    got = client.get(f"/api/submissions/{r.json()['id']}").json()
+    assert got["needs"] == "cuda" and got["waits_for"] == "waits for a GPU worker; none is connected"
+    assert client.get(f"/api/submissions/{plain['id']}").json()["waits_for"] is None
+    assert "waits for a GPU worker; none is connected" in client.get(f"/submissions/{r.json()['id']}").text
+    from harness.db import crud
+
+    with db.session() as s:
+        crud.register_worker(s, "gpu-host:1", hostname="gpu-host", pid=1, slots=["cuda:0 NVIDIA H100"],
+                             accepts=["cuda", "cuda sm_90"])
+    assert client.get(f"/api/submissions/{r.json()['id']}").json()["waits_for"] is None

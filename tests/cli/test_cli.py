@@ -67,7 +67,32 @@ def test_eval_with_an_external_problems_dir_given_as_a_relative_path(tmp_path):
     result = json.loads(p.stdout)
     assert result["verdict"] == "passed", result["message"]
     assert result["problem"]["source"] == str(level.resolve() / "30_Gemm_GroupNorm_Hardtanh.py")
-    assert result["problem"]["size"] == "default"  # an external problem has no small size
+    assert result["problem"]["size"] == "small"  # every problem has one on the CPU (its file is small already)
+
+
+def test_a_kernelbench_problem_runs_at_one_reduced_size_on_the_cpu_whoever_asks(tmp_path):
+    """`--size small` was refused ("has sizes: default") and the default ran at full size (a level2 reference
+    reached 14.6 GB). Now every problem has `small` on the CPU, chosen once by the size probe and kept: eval with
+    --size small, eval with auto and the service's evaluate (a worker's CPU slot) run the same sizes."""
+    from harness.problems import get_registry
+    from harness.sandbox.runner import EvalOptions, evaluate
+    from harness.service.selfcheck import aa_submission
+
+    fixtures = REPO / "tests/fixtures/kernelbench"
+    spec = get_registry(fixtures).get("level2/40")  # a 16384 x 4096 x 4096 GEMM at its default size
+    aa = tmp_path / "aa.py"
+    aa.write_text(aa_submission(spec.source(), {}))
+    runs = []
+    for size in ("small", "auto"):
+        p = harness("eval", "--problems-dir", str(fixtures), "-p", "level2/40", "-s", str(aa), "--device", "cpu",
+                    "--size", size, "--no-timing", "--json", data_dir=tmp_path)
+        assert p.returncode == 0, p.stderr
+        runs.append(json.loads(p.stdout)["problem"])
+    assert runs[0]["size"] == runs[1]["size"] == "small"
+    overrides = runs[0]["overrides"]
+    assert overrides == runs[1]["overrides"] and overrides["batch_size"] < 16384
+    worker = evaluate(spec, aa.read_text(), EvalOptions(device="cpu", timing=False), Settings(data_dir=tmp_path))
+    assert worker.verdict.value == "passed" and worker.problem.overrides == overrides
 
 
 def test_eval_takes_a_problem_file_by_its_path(tmp_path):

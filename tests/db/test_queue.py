@@ -229,3 +229,41 @@ def test_concurrent_submissions_never_overshoot_the_queue_limit(db, db_settings)
     assert accepted == 15
     with db.session() as s:
         assert s.scalar(select(func.count(Submission.id))) == 15
+
+
+CUDA_SOURCE = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+               "ext = load_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n"
+               "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+
+
+def test_a_job_that_needs_a_gpu_is_claimed_only_by_a_worker_with_one(db):
+    """A CUDA extension sent to a queue whose only worker has no GPU waits for a GPU worker; a job that needs
+    nothing is taken by either, and a re-evaluation decides its needs again from the text."""
+    with db.session() as s:
+        cuda_sub, cuda_job = crud.create_submission(s, new_submission(text=CUDA_SOURCE), token=None, queue_limit=None,
+                                                    max_attempts=3)
+        _, plain_job = crud.create_submission(s, new_submission(), token=None, queue_limit=None, max_attempts=3)
+        assert (cuda_job.needs, plain_job.needs) == ("cuda", None)
+        cpu = crud.claim_job(s, "cpu-worker", 30, accepts=[])
+        assert cpu.job_id == plain_job.id
+        assert crud.claim_job(s, "cpu-worker", 30, accepts=[]) is None  # the CUDA job is left queued
+        assert crud.claim_job(s, "old-sm80", 30, accepts=["cuda sm_80"]) is None  # not a "cuda" worker
+        gpu = crud.claim_job(s, "gpu-worker", 30, accepts=["cuda", "cuda sm_90"])
+        assert gpu.job_id == cuda_job.id
+        crud.complete_job(s, gpu.job_id, gpu.claim_token, eval_result())
+        again = crud.enqueue(s, [cuda_sub.id], reason="reeval", max_attempts=3)
+        assert [j.needs for j in again] == ["cuda"]
+
+
+def test_unmet_needs_name_the_waiting_jobs_until_a_worker_that_meets_them_is_live(db):
+    with db.session() as s:
+        sub, _ = crud.create_submission(s, new_submission(text=CUDA_SOURCE), token=None, queue_limit=None,
+                                        max_attempts=3)
+        crud.create_submission(s, new_submission(), token=None, queue_limit=None, max_attempts=3)
+        both = queries.unmet_needs(s, within_s=60)  # no worker at all: nothing can be taken
+        assert [(u.needs, u.jobs) for u in both] == [(None, 1), ("cuda", 1)]
+        crud.register_worker(s, "cpu", hostname="h", pid=1, slots=["cpu"], accepts=[])
+        assert [(u.needs, u.jobs, u.submission_ids) for u in queries.unmet_needs(s, within_s=60)] == [
+            ("cuda", 1, [sub.id])]
+        crud.register_worker(s, "gpu", hostname="h", pid=2, slots=["cuda:0 H100"], accepts=["cuda", "cuda sm_90"])
+        assert queries.unmet_needs(s, within_s=60) == []

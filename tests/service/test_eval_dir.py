@@ -246,3 +246,24 @@ def test_eval_dir_at_fp16_stores_and_evaluates_every_sample_at_fp16(svc_db, svc_
     assert [(s["sample"], s["verdict"]) for s in problem["samples"]] == [(0, "passed"), (1, "dtype_mismatch")]
     with svc_db.session() as s:
         assert set(s.scalars(select(Submission.precision).where(Submission.model == "half"))) == {"fp16"}
+
+
+def test_on_the_cpu_a_cuda_generation_is_left_queued_for_a_gpu_worker_not_judged(svc_db, svc_settings, tmp_path):
+    """A CUDA extension evaluated on a CPU got runtime_error (CUDA_HOME is not set), counted against the model. Now
+    eval-dir on the CPU evaluates what the CPU can, and says the CUDA one waits for a GPU worker."""
+    run = tmp_path / "runs" / "mixed"
+    run.mkdir(parents=True)
+    (run / "level_2_problem_30_sample_0_kernel.py").write_text((SUBMISSIONS / "l30_cuda_correct.py").read_text())
+    (run / "level_2_problem_30_sample_1_kernel.py").write_text((SUBMISSIONS / "l30_pytorch_correct.py").read_text())
+    out = tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("eval-dir", str(run), "--device", "cpu", "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="200"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "1 files need what this machine's worker has not (cuda)" in p.stderr
+    (problem,) = json.loads(out.read_text())["problems"]
+    cuda, torch_only = problem["samples"]
+    assert cuda["verdict"] is None and cuda["message"] == ("not evaluated here: it needs a GPU worker, and stays "
+                                                           "queued for one")
+    assert torch_only["verdict"] == "passed"
+    with svc_db.session() as s:
+        assert s.scalar(select(Submission.status).where(Submission.id == cuda["submission_id"])) == "queued"

@@ -287,3 +287,23 @@ def test_a_job_the_compile_pool_built_runs_at_once_in_its_slot(svc_db, svc_setti
     run_worker(svc_db, svc_settings, compile_workers=1, evaluate_fn=evaluate,
                precompile_fn=lambda *a, **k: PrecompileResult(True, 0.0, ""))
     assert seen == [("running", None)]
+
+
+def test_a_cpu_worker_leaves_a_cuda_extension_for_a_gpu_worker(svc_db, svc_settings):
+    """It was claimed and judged runtime_error ('CUDA_HOME environment variable is not set'), blamed on the
+    model; now the CPU worker evaluates the job that needs nothing and leaves the CUDA one queued."""
+    cuda = submit(svc_db, (SUBMISSIONS / "l30_cuda_correct.py").read_text(), problem="level2/30")
+    plain = submit(svc_db, (SUBMISSIONS / "l30_pytorch_correct.py").read_text(), problem="level2/30")
+    seen = []
+
+    def fake(spec, text, options, settings):
+        seen.append(text)
+        return eval_result(device="cpu")
+
+    worker = run_worker(svc_db, svc_settings, evaluate_fn=fake)
+    assert worker.stats.completed == 1 and len(seen) == 1 and "load_inline" not in seen[0]
+    assert job_and_results(svc_db, plain)[0].status == "done"
+    job, results = job_and_results(svc_db, cuda)
+    assert job.status == "queued" and job.attempts == 0 and job.needs == "cuda" and results == []
+    with svc_db.session() as s:
+        assert [(u.needs, u.jobs) for u in queries.unmet_needs(s, within_s=60)] == [("cuda", 1)]

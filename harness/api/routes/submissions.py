@@ -18,7 +18,7 @@ from harness.api.schemas import (
     SubmissionPublic,
     SubmissionSummary,
 )
-from harness.api.views import submission_public, submission_summary, worker_silence
+from harness.api.views import submission_public, submission_summary, waits_for, worker_silence
 from harness.db import crud, queries
 from harness.db.models import JobStatus
 from harness.problems import Registry, UnknownProblem
@@ -77,6 +77,9 @@ def create_submission(body: SubmissionCreate, session: SessionDep, settings: Set
                                           max_attempts=settings.max_attempts)
     except crud.QueueLimitReached as e:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(e)) from None
+    waits = waits_for(session, settings.worker_silent_after_s, job)
+    if waits is not None:
+        warning = f"{warning}; {waits}" if warning else f"it {waits}: it is stored and queued until one is"
     return SubmissionAccepted(id=sub.id, status=sub.status, problem_id=spec.id,
                               position=queries.queue_position(session, job), url=f"/api/submissions/{sub.id}",
                               warning=warning)
@@ -90,7 +93,8 @@ def get_submission(submission_id: SubmissionId, session: SessionDep, settings: S
     job = queries.latest_job(session, sub.id)
     position = queries.queue_position(session, job) if job else None
     waiting = worker_silence(job, queries.db_now(session), settings.worker_silent_after_s)
-    return submission_public(sub, queries.get_result(session, sub.current_result_id), job, position, waiting)
+    waits = waits_for(session, settings.worker_silent_after_s, job)
+    return submission_public(sub, queries.get_result(session, sub.current_result_id), job, position, waiting, waits)
 
 
 @router.get("", response_model=Page[SubmissionSummary])
