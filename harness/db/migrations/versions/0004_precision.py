@@ -3,7 +3,7 @@ result ran at (fp32, fp16, bf16; harness/precision.py), so results of different 
 stored before either existed ran at fp32.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-26 09:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0004'
-down_revision = '0002'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
