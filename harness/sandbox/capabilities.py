@@ -40,6 +40,7 @@ class Platform:
     user_switch: bool  # as root: children can run as sandbox uids
     cgroup: str | None  # "v2", "v1" or None
     pidns: bool = False  # as root, with the mount namespace: a PID (and IPC) namespace of the child's own
+    freezer: str | None = None  # "v2", "v1" or None (the candidate's pause is then a ptrace-stop: pause.py)
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -47,7 +48,8 @@ class Platform:
                  f"sandbox user {'yes' if self.user_switch else ('NO' if self.root else 'n/a (not root)')}",
                  f"mount namespace {'yes' if self.mountns else 'no'}",
                  f"pid namespace {'yes' if self.pidns else 'no'}",
-                 f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}"]
+                 f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}",
+                 f"freezer {self.freezer or 'no (candidates are paused by ptrace)'}"]
         return ", ".join(parts)
 
 
@@ -92,7 +94,7 @@ def platform() -> Platform:
             if why:
                 notes.append(f"no pid/ipc namespace: {why}")
     found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroups.version(),
-                     pidns=pidns, notes=tuple(notes))
+                     pidns=pidns, freezer=cgroups.freezer_version(), notes=tuple(notes))
     log.info("sandbox platform: %s%s", found.describe(), "".join(f"; {n}" for n in found.notes))
     return found
 
@@ -120,7 +122,7 @@ def check_safe(settings: Settings) -> Platform:
     if p.user_switch and not p.pidns:
         log.warning("no pid/ipc namespace: children see the host's processes and share its SysV IPC; what a "
                     "sandbox uid leaves there is removed after each child")
-    if p.cgroup is not None:
+    if p.cgroup is not None or p.freezer is not None:
         swept = cgroups.sweep_stale()
         if swept:
             log.warning("removed %d cgroups left by dead workers", len(swept))
