@@ -72,6 +72,8 @@ def _check(e: Exploit, r: EvalResult) -> None:
             assert flag in checks, f"{e.name}: flags {checks}: {r.message}"
     if e.message_has:
         assert e.message_has in r.message + r.log_excerpt, f"{e.name}: {r.message}"
+    if e.name == "SIGCONT timer lifting the pause":  # held by a pause no signal lifts: no reference window disturbed
+        assert r.observations.pause_method is not None and not r.observations.ran_while_paused, r.observations
     if e.name == "content-keyed cache":  # every timed lookup missed: the 20 ms slow path was timed
         assert r.observations.candidate_timing.median_ms >= 19.0, r.observations.candidate_timing
 
