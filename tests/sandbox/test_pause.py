@@ -231,3 +231,22 @@ def test_the_same_candidate_under_the_pause_disturbs_nothing(settings):
     assert r.verdict == Verdict.passed, (r.verdict, r.message, r.log_excerpt)
     assert not r.observations.ran_while_paused
     assert r.observations.pause_method in ("cgroup_freeze", "cgroup_v1_freezer", "ptrace")
+
+
+def _ptrace_pause(jail, leader):
+    """The pause of a host with no usable cgroup freezer."""
+    return pause.PtraceStop(jail.processes, leader, pause.ProcCpu(jail.processes))
+
+
+def test_where_candidates_are_paused_by_ptrace_one_that_traces_itself_is_flagged_and_its_twin_passes(settings,
+                                                                                                    monkeypatch):
+    """On a host with no usable cgroup freezer the pause is a ptrace-stop; a candidate whose own helper process
+    already traces it cannot be seized, so it cannot be paused: flagged pause_refused, its own doing, never an
+    infra_error. The honest twin is ptrace-stopped between its turns and passes, saying so."""
+    monkeypatch.setattr(process, "pause_for", _ptrace_pause)
+    r = _evaluate(settings, "tests/fixtures/adversarial/self_traced.py")
+    assert r.verdict == Verdict.flagged and "pause_refused" in [f.check for f in r.flags], (r.verdict, r.message)
+    assert "already traced" in r.message
+    twin = _evaluate(settings, "tests/fixtures/submissions/l30_pytorch_correct.py")
+    assert twin.verdict == Verdict.passed and twin.observations.pause_method == "ptrace", (twin.verdict, twin.message)
+    assert not twin.observations.ran_while_paused and not {f.check for f in twin.flags} - {"timing_unreliable"}
