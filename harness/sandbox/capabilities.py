@@ -93,8 +93,9 @@ def platform() -> Platform:
             pidns = why is None
             if why:
                 notes.append(f"no pid/ipc namespace: {why}")
-    found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroups.version(),
-                     pidns=pidns, freezer=cgroups.freezer_version(), notes=tuple(notes))
+    cgroup = cgroups.version()
+    found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroup,
+                     pidns=pidns, freezer=cgroups.freezer_version(cgroup), notes=tuple(notes))
     log.info("sandbox platform: %s%s", found.describe(), "".join(f"; {n}" for n in found.notes))
     return found
 

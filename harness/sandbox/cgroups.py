@@ -69,13 +69,16 @@ def version() -> str | None:
     return None
 
 
-def freezer_version() -> str | None:
-    """"v2" where a cgroup of this process's can be made in the unified hierarchy (its `cgroup.freeze` and `cpu.stat`
-    need no controller: a hybrid host has them beside v1's limits), else "v1" where one can be made under the freezer
-    controller; None where neither."""
+def freezer_version(limits: str | None) -> str | None:
+    """Which freezer can hold a child: "v1" (the freezer controller) where the host's limits are v1 and it has one,
+    else "v2" where a cgroup of this process's can be made in the unified hierarchy (its `cgroup.freeze` and
+    `cpu.stat` need no controller, so a hybrid host without a v1 freezer has them too), else "v1" where that can be
+    made; None where neither. v1's frozen tasks are not woken by signals; v2's are, for the kernel to freeze them
+    again (pause.py)."""
     dirs = own_dirs()
     probe = f"kh-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    for version, key, state in (("v2", "unified", "cgroup.freeze"), ("v1", "freezer", "freezer.state")):
+    order = [("v2", "unified", "cgroup.freeze"), ("v1", "freezer", "freezer.state")]
+    for version, key, state in order[::-1] if limits == "v1" else order:
         if key not in dirs:
             continue
         with contextlib.suppress(OSError):

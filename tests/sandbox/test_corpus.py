@@ -7,6 +7,7 @@ under the `gpu` marker. docs/integrity.md must list every class.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -72,10 +73,20 @@ def _check(e: Exploit, r: EvalResult) -> None:
             assert flag in checks, f"{e.name}: flags {checks}: {r.message}"
     if e.message_has:
         assert e.message_has in r.message + r.log_excerpt, f"{e.name}: {r.message}"
-    if e.name == "SIGCONT timer lifting the pause":  # held by a pause no signal lifts: no reference window disturbed
-        assert r.observations.pause_method is not None and not r.observations.ran_while_paused, r.observations
+    if e.name == "SIGCONT timer lifting the pause":
+        _held_whatever_it_signals(r)
     if e.name == "content-keyed cache":  # every timed lookup missed: the 20 ms slow path was timed
         assert r.observations.candidate_timing.median_ms >= 19.0, r.observations.candidate_timing
+
+
+def _held_whatever_it_signals(r: EvalResult) -> None:
+    """Its burning thread never ran beside the reference (it would have used a whole window's CPU time). Held by v1's
+    freezer or a ptrace-stop it used none; frozen by v2's cgroup.freeze, its own SIGCONT wakes it for the kernel to
+    freeze it again, microseconds that the check after the window counts."""
+    o = r.observations
+    used = [int(us) for line in o.ran_while_paused for us in re.findall(r"used (\d+) µs", line)]
+    assert o.pause_method is not None and all(us < 1000 for us in used), o.ran_while_paused
+    assert o.pause_method == "cgroup_freeze" or not o.ran_while_paused, (o.pause_method, o.ran_while_paused)
 
 
 def _twin_passes(r: EvalResult, path: str) -> None:

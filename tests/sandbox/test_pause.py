@@ -20,6 +20,8 @@ from harness.sandbox import cgroups, pause, process
 from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
+from .test_corpus import _held_whatever_it_signals
+
 ROOT = Path(__file__).parents[2]
 SPIN_S = 0.4
 
@@ -165,10 +167,23 @@ def test_a_candidate_already_traced_cannot_be_paused_and_that_is_its_failure(tmp
 
 
 def test_a_child_with_a_freezer_is_frozen_and_one_without_is_ptrace_stopped(tmp_path):
-    """Which pause a child gets, and that the result can say so: its jail's freezer where it has one."""
+    """Which pause a child gets, and what the result calls it: its jail's freezer (v2's or v1's, by the files its
+    cgroup has) where it has one, counted by its cgroup's CPU clock; else a ptrace-stop."""
+    from harness.config import Settings
+    from harness.sandbox.limits import Jail
+
     child = _spinner(tmp_path, idle=True)
     try:
         assert process.pause_for(None, child).method == "ptrace"
+        assert process.pause_for(Jail(Settings(data_dir=tmp_path), untrusted=True, uid=os.getuid()),
+                                 child).method == "ptrace"
+        for name, method in (("cgroup.freeze", "cgroup_freeze"), ("freezer.state", "cgroup_v1_freezer")):
+            cg = tmp_path / method
+            cg.mkdir()
+            (cg / name).touch()
+            jail = Jail(Settings(data_dir=tmp_path), untrusted=True, cgroups=[cg], freezer=cg, cpu_clock=cg / "cpu")
+            held = process.pause_for(jail, child)
+            assert held.method == method and isinstance(held.clock, pause.CgroupCpu)
     finally:
         child.kill()
         child.wait()
@@ -224,13 +239,14 @@ def test_a_candidate_that_runs_while_paused_has_its_reference_windows_timed_agai
     assert " window of " in lines[0] and "round" in lines[0]
 
 
-def test_the_same_candidate_under_the_pause_disturbs_nothing(settings):
-    """Its pause holds (the freezer here, or a ptrace-stop): no reference window is disturbed, nothing is timed
-    again, and the result says which pause held it."""
+def test_the_same_candidate_under_the_pause_runs_nothing_beside_the_reference(settings):
+    """Its pause holds (the host's freezer, or a ptrace-stop), and the result says which: its thread never runs beside
+    the reference. Held by v1's freezer (this host's) or ptrace, no reference window is disturbed and it passes."""
     r = _evaluate(settings, "tests/fixtures/adversarial/sigcont_timer.py")
-    assert r.verdict == Verdict.passed, (r.verdict, r.message, r.log_excerpt)
-    assert not r.observations.ran_while_paused
     assert r.observations.pause_method in ("cgroup_freeze", "cgroup_v1_freezer", "ptrace")
+    _held_whatever_it_signals(r)
+    if r.observations.pause_method != "cgroup_freeze":
+        assert r.verdict == Verdict.passed, (r.verdict, r.message, r.log_excerpt)
 
 
 def _ptrace_pause(jail, leader):
