@@ -7,7 +7,10 @@ each stop, and its threads then run beside the trusted side's windows. Two pause
                      parks every task of the cgroup, its descendants included, until the parent thaws it;
   ptrace             where the host gives no usable freezer: each thread of each of its processes is seized and
                      interrupted (a ptrace-stop, which SIGCONT does not end; only the tracer lets it go).
-Either one is confirmed before `stop` returns (`frozen 1`; every thread's stop reported), or `PauseFailed` says why.
+Either one is confirmed before `stop` returns (`frozen 1`, `FROZEN`, every thread's stop reported, then its CPU clock
+standing still), or `PauseFailed` says why. Held by v1's freezer or ptrace a process uses no CPU at all, whatever it is
+sent; v2 wakes a frozen task for each new signal, for the kernel to freeze it again, microseconds it is counted for:
+only a candidate that signals itself uses any. The runner reads the clock around every reference window.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-# An idle candidate (waiting for its next command) freezes or stops in well under a millisecond; this is a stalled
-# host's margin. Past it, one of its threads is held somewhere it will not leave: the pause cannot be had.
+# An idle candidate (waiting for its next command) is held within milliseconds (the `pauses` phase of an evaluation);
+# this is a stalled host's margin. Past it, one of its threads is somewhere it will not leave: no pause can be had.
 STOP_LIMIT_S = 5.0
 
 PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 17, 0x4206, 0x4207
@@ -190,6 +193,7 @@ class PtraceStop:
         self.pids, self.leader, self.clock = pids, leader, clock
         self.seized: dict[int, int] = {}  # tid -> its process
         self._tracer = ThreadPoolExecutor(1, thread_name_prefix="pause-tracer")
+        self._closed = False
 
     def stop(self) -> None:
         self._tracer.submit(self._stop).result()
@@ -199,8 +203,11 @@ class PtraceStop:
         self._tracer.submit(self._resume).result()
 
     def close(self) -> None:
-        self.resume()
-        self._tracer.shutdown()
+        """Let everything go and end the tracing thread (idempotent: a reap may come twice)."""
+        if not self._closed:
+            self._closed = True
+            self.resume()
+            self._tracer.shutdown()
 
     def _stop(self) -> None:
         deadline = time.monotonic() + STOP_LIMIT_S
@@ -239,7 +246,15 @@ class PtraceStop:
 
     def _resume(self) -> None:
         for tid, pid in self.seized.items():
-            if _ptrace(PTRACE_DETACH, tid) != 0 and (self.leader is None or pid != self.leader.pid):
+            if _ptrace(PTRACE_DETACH, tid) == 0:
+                continue
+            if _state(pid, tid) not in ("Z", "X", None):
+                # Seized and interrupted, its stop not yet taken (a pause that failed part way): detach once stopped.
+                with contextlib.suppress(PauseFailed):
+                    self._await_stop(pid, tid, time.monotonic() + STOP_LIMIT_S)
+                if _ptrace(PTRACE_DETACH, tid) == 0:
+                    continue
+            if self.leader is None or pid != self.leader.pid:
                 # It ended while traced: its exit is reported to this tracer first, then to its own parent.
                 with contextlib.suppress(ChildProcessError):
                     os.waitid(os.P_PID, tid, os.WEXITED | os.WNOHANG | _WALL)
