@@ -601,6 +601,7 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
                                          keep_outputs=keep_outputs).model_dump(mode="json")
+        window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
         for attempt in range(_DISTURBED_TRIES):
             if attempt:
                 self._wait_idle(self.provenance.device)
@@ -612,18 +613,17 @@ class _Evaluation:
                     raise
                 self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
                 return None
-            disturbed = self._disturbance(f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}", mark)
+            disturbed = self._disturbance(window, mark)
             if disturbed is None:
                 return timed
             self.obs.ran_while_paused.append(disturbed)
-        self.obs.ran_while_paused.append(f"the {kind} window of round {r} was disturbed {_DISTURBED_TRIES} times: "
-                                         "timing stopped")
+        self.obs.ran_while_paused.append(f"{window} was disturbed {_DISTURBED_TRIES} times: timing stopped")
         raise CandidateStopped
 
     def _disturbance(self, window: str, mark: CpuMark | None) -> str | None:
         """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
-        its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waited out after it
-        (before it, `_wait_idle` had found none)."""
+        its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
+        `_wait_idle` did before it)."""
         assert self.candidate is not None and self.trusted is not None and self.provenance is not None
         used = self.candidate.cpu_used_us(mark)
         if used:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,59 @@ def test_where_candidates_are_paused_by_ptrace_one_that_traces_itself_is_flagged
     twin = _evaluate(settings, "tests/fixtures/submissions/l30_pytorch_correct.py")
     assert twin.verdict == Verdict.passed and twin.observations.pause_method == "ptrace", (twin.verdict, twin.message)
     assert not twin.observations.ran_while_paused and not {f.check for f in twin.flags} - {"timing_unreliable"}
+
+
+class _FakeTrusted:
+    def __init__(self):
+        self.windows = 0
+
+    def timed_call(self, command, reply):
+        self.windows += 1
+        return 50.0 + self.windows, {"window": self.windows}
+
+
+class _FakeCandidate:
+    """A paused candidate whose CPU clock moves by the next of `used` during each reference window."""
+
+    def __init__(self, used: list[int]):
+        self.used = used
+
+    def cpu_mark(self):
+        return 0
+
+    def cpu_used_us(self, mark):
+        return self.used.pop(0)
+
+
+def _evaluation(used: list[int]):
+    from harness.config import Settings
+    from harness.sandbox.runner import _Evaluation
+    from harness.schema import Observations, Provenance
+
+    ev = _Evaluation.__new__(_Evaluation)
+    ev.trusted, ev.candidate, ev.settings = _FakeTrusted(), _FakeCandidate(used), Settings()
+    ev.obs = Observations(pause_method="cgroup_freeze")
+    ev.provenance = Provenance(harness_version="t", device="cpu", device_name="cpu", torch_version="t",
+                               python_version="3", hostname="h", started_at=datetime.now(timezone.utc))
+    return ev
+
+
+def test_a_reference_window_the_candidate_disturbed_is_timed_again_and_only_the_clean_one_counts():
+    """The window during which the paused candidate used CPU is not the one whose time is kept: it is timed again on
+    the same seeds, and the line says which window and how many µs."""
+    ev = _evaluation([0])
+    assert ev._reference_window("eager", [1], [2], r=0) == (51.0, {"window": 1}) and not ev.obs.ran_while_paused
+    ev = _evaluation([7, 0])
+    assert ev._reference_window("eager", [1], [2], r=3) == (52.0, {"window": 2})
+    assert ev.obs.ran_while_paused == ["the eager window of round 3: the candidate's processes used 7 µs of CPU "
+                                       "while paused (cgroup_freeze)"]
+
+
+def test_a_reference_window_disturbed_every_time_stops_the_timing():
+    from harness.sandbox.handles import CandidateStopped
+
+    ev = _evaluation([900, 800, 700])
+    with pytest.raises(CandidateStopped):
+        ev._reference_window("empty", [1], [2], r=-1)
+    assert len(ev.obs.ran_while_paused) == 4 and ev.trusted.windows == 3
+    assert ev.obs.ran_while_paused[-1] == "the empty window of warm-up round -1 was disturbed 3 times: timing stopped"
