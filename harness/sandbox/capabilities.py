@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import Settings
-from harness.sandbox import cgroups
+from harness.sandbox import cgroups, pause
 
 log = logging.getLogger("harness.sandbox")
 
@@ -120,6 +120,13 @@ def check_safe(settings: Settings) -> Platform:
                                 "or the worker's secrets. Fix the platform, or run with --allow-unsafe-sandbox "
                                 "(HARNESS_ALLOW_UNSAFE_SANDBOX=1) to accept that.")
         log.warning("UNSAFE SANDBOX (allowed explicitly): it lacks %s", why)
+    if p.freezer is None:
+        if pause.ptrace_capable():
+            log.warning("no cgroup freezer: candidates are paused between their turns by ptrace-stops")
+        else:
+            log.error("no cgroup freezer and no ptrace (CAP_SYS_PTRACE, seccomp): candidates cannot be paused between "
+                      "their turns, so every timed evaluation ends in infra_error; give the worker a writable cgroup "
+                      "or ptrace")
     if p.user_switch and not p.pidns:
         log.warning("no pid/ipc namespace: children see the host's processes and share its SysV IPC; what a "
                     "sandbox uid leaves there is removed after each child")
