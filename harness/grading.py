@@ -215,6 +215,16 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
         detail = "; ".join(obs.protocol_violations)
         return _flagged("protocol", "the candidate's process broke the harness's message protocol (submission code "
                         f"wrote to the result channel?): {obs.protocol_violations[0]}", detail)
+    # Before how the process ended: either one stopped the evaluation there, and the harness ended the process.
+    if obs.pause_error:
+        return _flagged("pause_refused", "the candidate's processes could not be paused between its turns, so nothing "
+                        f"would keep them from running beside the reference's windows: {obs.pause_error}",
+                        obs.pause_error)
+    if obs.ran_while_paused:
+        detail = "; ".join(obs.ran_while_paused)
+        return _flagged("ran_while_paused", "the candidate ran while it was paused, during "
+                        f"{len(obs.ran_while_paused)} reference window(s), each timed again: {obs.ran_while_paused[0]}",
+                        detail)
     err, ex = obs.candidate_error, obs.candidate_exit
     if err is not None:
         verdict = classify_exception(err.phase, err.exc_type, err.message)

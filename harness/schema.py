@@ -296,6 +296,14 @@ class Observations(BaseModel):
     # at the wait's limit: GPU work the candidate left running after its reply.
     gpu_idle_waits_ms: list[float] = Field(default_factory=list)
     gpu_busy_windows: int = 0
+    # How the candidate was paused between its turns (sandbox/pause.py): "cgroup_freeze", "cgroup_v1_freezer" or
+    # "ptrace"; None where it never was (and in results stored before: SIGSTOP, which its own SIGCONT timer lifted).
+    pause_method: str | None = None
+    # Why it could not be paused (a thread already traced, or that would not freeze): the submission's failure.
+    pause_error: str | None = None
+    # Reference windows during which the paused candidate used CPU (or, on CUDA, its GPU work ran after the window),
+    # each a line that says which and how much: every one was timed again, and none counted.
+    ran_while_paused: list[str] = Field(default_factory=list)
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

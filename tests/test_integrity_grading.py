@@ -391,3 +391,25 @@ def test_a_speedup_from_windows_too_noisy_to_rank_is_marked_unreliable_not_held_
     steady = _passing(candidate_timing=_window_timing(0.2), compile_timing=_window_timing(2.6),
                       eager_timing=_window_timing(3.0))
     assert _checks(steady) == (Verdict.flagged, ["review_speedup"])
+
+
+def test_a_candidate_that_ran_while_paused_is_flagged_with_the_window_and_its_cpu_time():
+    """The runner times a reference window again where the paused candidate's CPU clock moved during it, and says so;
+    the result is flagged with that line. An honest candidate's clock stands still: nothing is said, and it passes
+    with the pause that held it recorded."""
+    honest = _passing(candidate_timing=_window_timing(1.0), pause_method="cgroup_freeze")
+    assert _checks(honest) == (Verdict.passed, [])
+    line = "the eager window of round 2: the candidate's processes used 14166 µs of CPU while paused (sigstop)"
+    ran = honest.model_copy(update={"ran_while_paused": [line]})
+    g = grade(ran, TOL)
+    assert [f.check for f in g.flags] == ["ran_while_paused"] and line in g.message and "14166 µs" in g.log_excerpt
+
+
+def test_a_candidate_that_could_not_be_paused_is_flagged_not_crashed():
+    """A pause the candidate refused (a thread already traced) ends the evaluation there, the harness killing its
+    process: the verdict names the refusal, not the kill."""
+    why = "its thread 4242 is already traced (by pid 4243): the harness cannot pause it"
+    refused = _passing(pause_error=why).model_copy(
+        update={"candidate_exit": ChildExit(finished=False, signal="SIGTERM from the harness")})
+    g = grade(refused, TOL)
+    assert [f.check for f in g.flags] == ["pause_refused"] and why in g.message and g.verdict == Verdict.flagged

@@ -105,6 +105,8 @@ def render(r: EvalResult) -> str:
         lines.append(f"eager:      {_ms(o.eager_timing)}")
         lines.append(f"compile:    {_ms(o.compile_timing)}" + (f"  [{o.compile_baseline_error}]"
                                                               if o.compile_baseline_error else ""))
+    if o.pause_method:
+        lines.append(f"paused by:  {o.pause_method} (between the candidate's turns)")
     if r.speedup_vs_eager is not None:
         lines.append(f"speedup:    {r.speedup_vs_eager:.3f}x vs eager" + (
             f", {r.speedup_vs_compile:.3f}x vs torch.compile" if r.speedup_vs_compile is not None else ""))

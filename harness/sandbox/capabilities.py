@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import Settings
-from harness.sandbox import cgroups
+from harness.sandbox import cgroups, pause
 
 log = logging.getLogger("harness.sandbox")
 
@@ -40,6 +40,7 @@ class Platform:
     user_switch: bool  # as root: children can run as sandbox uids
     cgroup: str | None  # "v2", "v1" or None
     pidns: bool = False  # as root, with the mount namespace: a PID (and IPC) namespace of the child's own
+    freezer: str | None = None  # "v2", "v1" or None (the candidate's pause is then a ptrace-stop: pause.py)
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -47,7 +48,8 @@ class Platform:
                  f"sandbox user {'yes' if self.user_switch else ('NO' if self.root else 'n/a (not root)')}",
                  f"mount namespace {'yes' if self.mountns else 'no'}",
                  f"pid namespace {'yes' if self.pidns else 'no'}",
-                 f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}"]
+                 f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}",
+                 f"freezer {self.freezer or 'no (candidates are paused by ptrace)'}"]
         return ", ".join(parts)
 
 
@@ -91,8 +93,9 @@ def platform() -> Platform:
             pidns = why is None
             if why:
                 notes.append(f"no pid/ipc namespace: {why}")
-    found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroups.version(),
-                     pidns=pidns, notes=tuple(notes))
+    cgroup = cgroups.version()
+    found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroup,
+                     pidns=pidns, freezer=cgroups.freezer_version(cgroup), notes=tuple(notes))
     log.info("sandbox platform: %s%s", found.describe(), "".join(f"; {n}" for n in found.notes))
     return found
 
@@ -117,10 +120,17 @@ def check_safe(settings: Settings) -> Platform:
                                 "or the worker's secrets. Fix the platform, or run with --allow-unsafe-sandbox "
                                 "(HARNESS_ALLOW_UNSAFE_SANDBOX=1) to accept that.")
         log.warning("UNSAFE SANDBOX (allowed explicitly): it lacks %s", why)
+    if p.freezer is None:
+        if pause.ptrace_capable():
+            log.warning("no cgroup freezer: candidates are paused between their turns by ptrace-stops")
+        else:
+            log.error("no cgroup freezer and no ptrace (CAP_SYS_PTRACE, seccomp): candidates cannot be paused between "
+                      "their turns, so every timed evaluation ends in infra_error; give the worker a writable cgroup "
+                      "or ptrace")
     if p.user_switch and not p.pidns:
         log.warning("no pid/ipc namespace: children see the host's processes and share its SysV IPC; what a "
                     "sandbox uid leaves there is removed after each child")
-    if p.cgroup is not None:
+    if p.cgroup is not None or p.freezer is not None:
         swept = cgroups.sweep_stale()
         if swept:
             log.warning("removed %d cgroups left by dead workers", len(swept))

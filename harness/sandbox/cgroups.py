@@ -1,8 +1,8 @@
 """Per-child cgroups (v2, or the v1 memory and pids hierarchies), made under this process's own.
 
 A child's cgroup counts every descendant, even one that left the process group, so the memory and
-process limits bind them all and cleanup can find and kill them. Names are kh-<worker pid>-<random>:
-a starting worker removes those whose worker is gone.
+process limits bind them all, cleanup can find and kill them, and its freezer pauses them all
+(pause.py). Names are kh-<worker pid>-<random>: a starting worker removes those whose worker is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ _CGROUP = Path("/sys/fs/cgroup")
 
 
 def own_dirs() -> dict[str, Path]:
-    """controller -> this process's cgroup dir: {"unified": ...} on v2, {"memory": ..., "pids": ...} on v1."""
+    """controller -> this process's cgroup dir: {"unified": ...} on v2, {"memory": ..., "pids": ...} on v1 (with
+    "freezer" and "cpuacct" where mounted; "unified" too on a hybrid host)."""
     dirs: dict[str, Path] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -36,7 +37,7 @@ def own_dirs() -> dict[str, Path]:
             v2 = _CGROUP / rel if (_CGROUP / "cgroup.controllers").exists() else _CGROUP / "unified" / rel
             dirs["unified"] = v2
         for c in controllers.split(","):
-            if c in ("memory", "pids"):
+            if c in ("memory", "pids", "freezer", "cpuacct"):
                 dirs[c] = _CGROUP / c / rel
     return dirs
 
@@ -66,6 +67,62 @@ def version() -> str | None:
         except OSError:
             return None
     return None
+
+
+def freezer_version(limits: str | None) -> str | None:
+    """Which freezer can hold a child: "v1" (the freezer controller) where the host's limits are v1 and it has one,
+    else "v2" where a cgroup of this process's can be made in the unified hierarchy (its `cgroup.freeze` and
+    `cpu.stat` need no controller, so a hybrid host without a v1 freezer has them too), else "v1" where that can be
+    made; None where neither. v1's frozen tasks are not woken by signals; v2's are, for the kernel to freeze them
+    again (pause.py)."""
+    dirs = own_dirs()
+    probe = f"kh-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    order = [("v2", "unified", "cgroup.freeze"), ("v1", "freezer", "freezer.state")]
+    for version, key, state in order[::-1] if limits == "v1" else order:
+        if key not in dirs:
+            continue
+        with contextlib.suppress(OSError):
+            (dirs[key] / probe).mkdir()
+            try:
+                if (dirs[key] / probe / state).exists():
+                    return version
+            finally:
+                (dirs[key] / probe).rmdir()
+    return None
+
+
+def create_freezer(version: str, made: list[Path]) -> tuple[Path, Path | None, list[Path]]:
+    """The freezer of one child whose cgroups are `made`, and its CPU clock file (None: no cgroup counts its CPU),
+    and the cgroups made for them (to join and remove with the rest). A v2 child cgroup is its own freezer."""
+    dirs = own_dirs()
+    name = made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if version == "v2":
+        unified = dirs["unified"]
+        v2 = next((cg for cg in made if cg.parent == unified), None)
+        if v2 is not None:
+            return v2, v2 / "cpu.stat", []
+        (unified / name).mkdir()
+        return unified / name, unified / name / "cpu.stat", [unified / name]
+    new = []
+    try:
+        for c in ("freezer", "cpuacct"):
+            if c in dirs:
+                (dirs[c] / name).mkdir()
+                new.append(dirs[c] / name)
+    except OSError:
+        for cg in new:
+            remove(cg)
+        raise
+    clock = dirs["cpuacct"] / name / "cpuacct.usage" if "cpuacct" in dirs else None
+    return dirs["freezer"] / name, clock, new
+
+
+def thaw(cg: Path) -> None:
+    """Let a frozen cgroup's processes run (v1's frozen ones cannot even die until then)."""
+    for state, value in (("cgroup.freeze", "0"), ("freezer.state", "THAWED")):
+        if (cg / state).exists():
+            with contextlib.suppress(OSError):
+                (cg / state).write_text(value)
 
 
 def create(settings: Settings, version: str) -> list[Path]:
@@ -109,6 +166,7 @@ def procs(cg: Path) -> list[int]:
 
 
 def empty(cg: Path) -> None:
+    thaw(cg)
     for _ in range(50):
         try:
             pids = [int(x) for x in (cg / "cgroup.procs").read_text().split()]

@@ -19,6 +19,8 @@ from pydantic import ValidationError
 
 from harness import kernels
 from harness.sandbox import stacks
+from harness.sandbox.capabilities import SandboxError
+from harness.sandbox.pause import CpuMark, PauseFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
 from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
 from harness.schema import ChildError, ChildExit, FlagChange, KernelLaunch, KernelTrace, Observations
@@ -185,8 +187,23 @@ class Candidate:
         return msg
 
     def pause(self) -> None:
-        """Its turn is over: its processes stay stopped until the harness's next command (ChildProcess.pause)."""
-        self.proc.pause()
+        """Its turn is over: its processes stay paused until the harness's next command (ChildProcess.pause). A pause it
+        made impossible stops the evaluation there (its failure); one the host cannot give is SandboxError."""
+        try:
+            self.proc.pause()
+        except PauseFailed as e:
+            if e.harness:
+                raise SandboxError(f"the candidate cannot be paused on this host: {e}") from e
+            self.obs.pause_error = str(e)
+            raise CandidateStopped from None
+        self.obs.pause_method = self.proc.pause_method
+
+    def cpu_mark(self) -> CpuMark | None:
+        """Its CPU clock, while it is paused (None otherwise): `cpu_used_us` says what it used since."""
+        return self.proc.cpu_mark()
+
+    def cpu_used_us(self, mark: CpuMark | None) -> int:
+        return self.proc.cpu_used_us(mark)
 
     def stop(self) -> None:
         """The harness ends the conversation (done, or the candidate failed a gate): the process should exit."""

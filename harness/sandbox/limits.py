@@ -181,6 +181,8 @@ class Jail:
     visible: list[Path] = field(default_factory=list)  # left as they are, but not hidden (the problem's file)
     uid: int | None = None
     cgroups: list[Path] = field(default_factory=list)
+    freezer: Path | None = None  # the cgroup whose freezer pauses the child (pause.py), one of `cgroups`
+    cpu_clock: Path | None = None  # the file that counts the child's CPU time (cpu.stat, cpuacct.usage)
     _lock: int | None = None
 
     @property
@@ -218,6 +220,9 @@ class Jail:
                                            "(chmod o+r), or run without a sandbox user")
             if p.cgroup is not None:
                 self.cgroups = cgroups.create(self.settings, p.cgroup)
+            if self.untrusted and p.freezer is not None:
+                self.freezer, self.cpu_clock, made = cgroups.create_freezer(p.freezer, self.cgroups)
+                self.cgroups += made
         except SandboxError:
             self.cleanup()
             raise
@@ -284,6 +289,7 @@ class Jail:
         for cg in self.cgroups:
             cgroups.remove(cg)
         self.cgroups = []
+        self.freezer = self.cpu_clock = None
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from harness.sandbox import pause
 from harness.sandbox.limits import Jail, SandboxError, UncountedDir, tree_usage
 from harness.sandbox.protocol import MAX_MESSAGE_BYTES
 
@@ -121,36 +122,53 @@ class ChildProcess:
         self._reader.start()
         self.killed_by_parent = False
         self.paused = False
-        self._stopped: list[int] = []
+        self._pause: pause.CgroupFreeze | pause.PtraceStop | None = None
         self._watch_stop = threading.Event()
         if jail is not None and (self.disk_limit or self.file_limit) and jail.writable:
             threading.Thread(target=self._watch_disk, args=(jail.writable,), daemon=True, name="disk-watch").start()
 
     def pause(self) -> None:
-        """Stop the child's process group, and every process of its jail (one that left the group too), until
-        `resume` (SIGSTOP cannot be caught): between a candidate's turns in the timed rounds nothing of its runs
-        beside the trusted side's windows, to launch work there or take the CPU."""
+        """Pause the child and every process its jail holds (one that left the group too) until `resume`, by a pause
+        no signal of its own lifts (pause.py: its cgroup's freezer, else a ptrace-stop): between a candidate's turns
+        in the timed rounds nothing of its runs beside the trusted side's windows, to launch work there or take the
+        CPU. PauseFailed where it cannot be had (then it stays `paused`, so that `resume` lets go what was held)."""
         if self.paused or self.proc.poll() is not None:
             return
         self.paused = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGSTOP)
-        self._stopped = self.jail.processes() if self.jail is not None else []
-        for pid in self._stopped:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
+        if self._pause is None:
+            self._pause = pause_for(self.jail, self.proc)
+        self._pause.stop()
+
+    @property
+    def pause_method(self) -> str | None:
+        """How `pause` holds this child ("cgroup_freeze", "cgroup_v1_freezer", "ptrace"); None before its first."""
+        return self._pause.method if self._pause is not None else None
+
+    def cpu_mark(self) -> pause.CpuMark | None:
+        """The paused child's CPU clock now (None unless paused): `cpu_used_us` tells what it used since."""
+        if not self.paused or self._pause is None:
+            return None
+        try:
+            return self._pause.clock.mark()
+        except (OSError, ValueError, StopIteration):
+            return None  # its cgroup went with it: it ended
+
+    def cpu_used_us(self, mark: pause.CpuMark | None) -> int:
+        """The CPU time (µs) the child's processes used since `mark`: none, while its pause holds."""
+        if mark is None or self._pause is None:
+            return 0
+        try:
+            return self._pause.clock.used_since(mark)
+        except (OSError, ValueError, StopIteration):
+            return 0
 
     def resume(self) -> None:
         """Undo `pause` (a no-op when not paused). Every command to the child resumes it first."""
         if not self.paused:
             return
         self.paused = False
-        for pid in self._stopped:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGCONT)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGCONT)
-        self._stopped = []
+        if self._pause is not None:
+            self._pause.resume()
 
     def allow_disk(self, extra_bytes: int) -> None:
         """Raise the child's share of disk by what the harness itself asks it to write and keep (a problem's trial
@@ -297,6 +315,8 @@ class ChildProcess:
         """Always called: no zombies, no open fds, no process group left behind."""
         self.kill()
         self._watch_stop.set()
+        if self._pause is not None:
+            self._pause.close()
         if self.jail is not None:
             self.jail.cleanup()  # what left the process group: by cgroup and by uid
         if self.proc.stdin:
@@ -330,6 +350,21 @@ class ChildProcess:
         if size > max_bytes:
             text = "[...]" + text[text.find("\n") + 1 :]
         return text
+
+
+def pause_for(jail: Jail | None, leader: subprocess.Popen) -> pause.CgroupFreeze | pause.PtraceStop:
+    """The pause of a child: its jail's cgroup freezer where it has one, else a ptrace-stop of its processes (its
+    jail's, by cgroup or uid; without either, the leader's session and descendants). Its CPU clock: the cgroup's
+    count where one keeps it, else the threads' own in /proc."""
+    if jail is not None and (jail.cgroups or jail.uid is not None):
+        pids = jail.processes
+    else:
+        def pids() -> list[int]:
+            return pause.session_processes(leader.pid)
+    clock = pause.CgroupCpu(jail.cpu_clock) if jail is not None and jail.cpu_clock is not None else pause.ProcCpu(pids)
+    if jail is not None and jail.freezer is not None:
+        return pause.CgroupFreeze(jail.freezer, clock)
+    return pause.PtraceStop(pids, leader, clock)
 
 
 def describe_returncode(code: int | None) -> str | None:

@@ -38,6 +38,7 @@ from harness.problems.spec import ProblemSpec
 from harness.sandbox import builds as build_dirs
 from harness.sandbox import capabilities, limits, windows
 from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
+from harness.sandbox.pause import CpuMark
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 from harness.sandbox.protocol import (
     CandidateRequest,
@@ -88,6 +89,8 @@ _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
 _TRACE_FLOOR_S = 30.0  # CUPTI let go and the process's objects searched for Triton's compiled kernels
 _HEADROOM = 50.0  # times the reference's time per call
+# A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
+_DISTURBED_TRIES = 3
 # Writing outputs to the scratch disk is paid on top, at this pessimistic rate: a problem at its own size saves
 # gigabytes of trial outputs (KernelBench's level2/19: 7 of 2.2 GB), which no headroom over its calls covers.
 _SLOW_WRITE_BYTES_PER_S = 100e6
@@ -485,6 +488,7 @@ class _Evaluation:
         by_eager = calls
         one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
         one_call_ms, _ = self._candidate_window(one[:1], one[1:], self._limit(_WINDOW_FLOOR_S, 1))
+        self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
         calls = min(calls, windows.resize(1, one_call_ms, window_ms, most))
         window_limit = self._limit(_WINDOW_FLOOR_S, calls)
         chance = windows.check_chance(rounds, prepared["output_bytes"])
@@ -530,7 +534,7 @@ class _Evaluation:
                 else:
                     self._wait_idle(device)
                     phase("idle_waits")
-                    timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0)
+                    timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r)
                     phase("timed_windows")
                     if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                         kinds.remove(kind)
@@ -619,20 +623,49 @@ class _Evaluation:
         self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
         self.obs.gpu_busy_windows += bool(idle["busy"])
 
-    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False
-                          ) -> tuple[float, dict[str, Any]] | None:
+    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
+                          r: int = 0) -> tuple[float, dict[str, Any]] | None:
         """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
-        when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint."""
-        assert self.trusted is not None
+        when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint. One the paused
+        candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`."""
+        assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
-                                         keep_outputs=keep_outputs)
-        try:
-            return self.trusted.timed_call(command.model_dump(mode="json"), "window_done")
-        except TrustedFailed as e:
-            if kind != "compile":
-                raise
-            self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
-            return None
+                                         keep_outputs=keep_outputs).model_dump(mode="json")
+        window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
+        for attempt in range(_DISTURBED_TRIES):
+            if attempt:
+                self._wait_idle(self.provenance.device)
+            mark = self.candidate.cpu_mark()
+            try:
+                timed = self.trusted.timed_call(command, "window_done")
+            except TrustedFailed as e:
+                if kind != "compile":
+                    raise
+                self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
+                return None
+            disturbed = self._disturbance(window, mark)
+            if disturbed is None:
+                return timed
+            self.obs.ran_while_paused.append(disturbed)
+        self.obs.ran_while_paused.append(f"{window} was disturbed {_DISTURBED_TRIES} times: timing stopped")
+        raise CandidateStopped
+
+    def _disturbance(self, window: str, mark: CpuMark | None) -> str | None:
+        """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
+        its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
+        `_wait_idle` did before it)."""
+        assert self.candidate is not None and self.trusted is not None and self.provenance is not None
+        used = self.candidate.cpu_used_us(mark)
+        if used:
+            return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
+                    f"({self.obs.pause_method})")
+        limit_s = self.settings.gpu_idle_wait_s
+        if self.provenance.device == "cuda" and limit_s:
+            idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
+            if idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS:
+                return (f"{window}: another process's GPU work ran after it (the trusted side waited "
+                        f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
+        return None
 
     def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them

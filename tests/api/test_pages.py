@@ -148,6 +148,16 @@ def test_submission_page_shows_source_logs_trials_timing_and_provenance(client, 
     assert "compile error" in html and "ninja: build stopped" in html and "Traceback" in html
 
 
+def test_submission_page_says_which_pause_held_the_candidate_between_its_turns(client, db):
+    spec = get_registry().get("level2/30")
+    text, result = demo.demo_result(random.Random(1), spec, "passed")
+    result.observations.pause_method = "ptrace"
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    provenance = client.get(f"/submissions/{sid}").text.split('id="provenance">', 1)[1].split("</dl>", 1)[0]
+    assert "candidate paused by" in provenance and "a ptrace-stop" in provenance
+
+
 def test_submission_page_says_which_elements_were_within_the_tolerance_of_the_float64_truth_only(client, db):
     spec = get_registry().get("level2/94")
     text, result = demo.demo_result(random.Random(1), spec, "passed")

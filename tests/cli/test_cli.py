@@ -37,6 +37,8 @@ def test_eval_json_prints_the_result_model_on_stdout_and_logs_on_stderr(tmp_path
     assert result["problem"]["kernelbench_id"] == "level2/75"
     assert result["provenance"]["torch_version"] and result["tolerance"] == {"atol": 1e-4, "rtol": 1e-4}
     assert "evaluating" in p.stderr
+    # Which pause held the candidate between its turns: its cgroup's freezer, else a ptrace-stop.
+    assert result["observations"]["pause_method"] in ("cgroup_freeze", "cgroup_v1_freezer", "ptrace")
 
 
 def test_eval_text_report_shows_verdict_and_exit_code_1_on_failure(tmp_path):

@@ -155,6 +155,11 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("GPU work left running after the reply", A + "leftover_gpu_work.py", "flagged", "leftover_gpu_work",
             "the candidate's processes are stopped once its turn is over, and the trusted side waits for an idle GPU "
             "before each reference window, off its clock; static pre-check", HONEST, gpu=True, alone=True),
+    Exploit("SIGCONT timer lifting the pause", A + "sigcont_timer.py", "passed|flagged", "ran_while_paused?",
+            "between its turns the candidate is frozen by its cgroup (else ptrace-stopped), which no signal of its own "
+            "lifts; after every reference window its CPU time must not have moved (and on CUDA the GPU must be idle): "
+            "a window it disturbed is timed again and flagged (v2-frozen, its own SIGCONT wakes it for the kernel to "
+            "freeze it again: microseconds, counted)", HONEST),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the kernel trace of a timed window: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,

@@ -268,8 +268,8 @@ def test_the_launcher_ends_as_its_child_ended_and_leaves_nothing_running(jail_se
 
 
 def test_a_paused_candidate_stops_whole_a_process_that_left_its_group_included(jail_settings, tmp_path):
-    """Between its turns in the timed rounds a candidate's processes are stopped: its group, and what its jail
-    holds beside (a setsid child, which the group's SIGSTOP misses), so none of its work runs beside the trusted
+    """Between its turns in the timed rounds a candidate's processes are paused: its group, and what its jail holds
+    beside (a setsid child, which a signal to the group would miss), so none of its work runs beside the trusted
     side's windows."""
     _need("user")
     from harness.sandbox.process import ChildProcess, scrubbed_env
@@ -289,6 +289,9 @@ def test_a_paused_candidate_stops_whole_a_process_that_left_its_group_included(j
             time.sleep(0.05)
         assert {"main", "thread", "escapee"} <= set(lines()), (lines()[-5:], proc.log_tail())
         proc.pause()
+        # Held by its jail's cgroup freezer where the host has one (a signal lifts no freezer), else a ptrace-stop.
+        assert proc.pause_method == {"v2": "cgroup_freeze", "v1": "cgroup_v1_freezer", None: "ptrace"}[
+            capabilities.platform().freezer]
         time.sleep(0.1)
         stopped = len(lines())
         time.sleep(0.5)

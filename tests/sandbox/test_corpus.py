@@ -7,6 +7,7 @@ under the `gpu` marker. docs/integrity.md must list every class.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -75,6 +76,18 @@ def _check(e: Exploit, r: EvalResult) -> None:
     if e.least_call_ms is not None:  # the work it sleeps is paid for in its time, wherever it was done
         timing = r.observations.candidate_timing
         assert timing is not None and timing.median_ms >= e.least_call_ms, timing
+    if e.name == "SIGCONT timer lifting the pause":
+        _held_whatever_it_signals(r)
+
+
+def _held_whatever_it_signals(r: EvalResult) -> None:
+    """Its burning thread never ran beside the reference (it would have used a whole window's CPU time). Held by v1's
+    freezer or a ptrace-stop it used none; frozen by v2's cgroup.freeze, its own SIGCONT wakes it for the kernel to
+    freeze it again, microseconds that the check after the window counts."""
+    o = r.observations
+    used = [int(us) for line in o.ran_while_paused for us in re.findall(r"used (\d+) µs", line)]
+    assert o.pause_method is not None and all(us < 1000 for us in used), o.ran_while_paused
+    assert o.pause_method == "cgroup_freeze" or not o.ran_while_paused, (o.pause_method, o.ran_while_paused)
 
 
 def _twin_passes(r: EvalResult, path: str) -> None:

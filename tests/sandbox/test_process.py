@@ -28,8 +28,9 @@ def _wait_for(cond, timeout_s: float = 20.0) -> bool:
 
 
 def test_a_paused_child_runs_nothing_in_any_thread_until_resumed_or_killed(tmp_path):
-    """Between a candidate's turns in the timed rounds its processes are stopped (SIGSTOP, which no code of its can
-    catch): a thread of its own that would launch work beside the trusted side's windows does nothing there."""
+    """Between a candidate's turns in the timed rounds its processes are paused (here, with no jail, by a ptrace-stop
+    of each of its threads, which no signal of its own ends): a thread of its own that would launch work beside the
+    trusted side's windows does nothing there."""
     ticks = tmp_path / "ticks"
     proc = ChildProcess("tests.sandbox.ticker", [], cwd=tmp_path, env=scrubbed_env({"TICK_FILE": str(ticks)},
                         tmp_path), log_path=tmp_path / "child.log", kill_grace_s=2.0)
@@ -37,6 +38,7 @@ def test_a_paused_child_runs_nothing_in_any_thread_until_resumed_or_killed(tmp_p
         assert _wait_for(lambda: {"main", "thread"} <= set(ticks.read_text().split()) if ticks.exists() else False)
         proc.pause()
         proc.pause()  # idempotent
+        assert proc.pause_method == "ptrace"
         time.sleep(0.1)  # a write in flight when the signal came lands
         stopped = _ticks(ticks)
         time.sleep(0.5)
