@@ -268,6 +268,16 @@ def device_kernels(path: Path) -> set[str]:
     return {demangle(m) for m in device_kernel_symbols(path)}
 
 
+# The host compiler marks a function of internal linkage (a template kernel in an anonymous namespace) with an `L`
+# before its name (`_ZN..._GLOBAL__N_...L9anon_tmplILi2EEEvPfl`), which the device code's name of the same kernel
+# lacks: names are compared without it (on both sides alike, so a literal's `L` in either compares the same).
+_INTERNAL_LINKAGE = re.compile(rb"L(?=[1-9])")
+
+
+def _without_internal_linkage(mangled: bytes) -> bytes:
+    return _INTERNAL_LINKAGE.sub(b"", mangled)
+
+
 def host_functions(path: Path, names: set[bytes]) -> dict[bytes, int]:
     """The addresses (relative to where the object is loaded) of the functions among `names` that a shared object
     defines, from its symbol tables (.symtab, which holds local ones too, and .dynsym). nvcc gives each kernel a host
@@ -275,6 +285,7 @@ def host_functions(path: Path, names: set[bytes]) -> dict[bytes, int]:
     found: dict[bytes, int] = {}
     if not names:
         return found
+    wanted = {_without_internal_linkage(n): n for n in names}
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -295,8 +306,8 @@ def host_functions(path: Path, names: set[bytes]) -> dict[bytes, int]:
             for i in range(h.size // _SYMBOL.size):
                 name_at, info, _other, shndx, value, _size = _unpack(_SYMBOL, table, i * _SYMBOL.size)
                 if info & 0xF == _STT_FUNC and shndx and value:
-                    name = _cstring(strings, name_at)
-                    if name in names:
+                    name = wanted.get(_without_internal_linkage(_cstring(strings, name_at)))
+                    if name is not None:
                         found[name] = value
     except (OSError, _Malformed, struct.error) as e:
         log.warning("symbols of %s not read: %s", path, e)

@@ -24,6 +24,7 @@ from harness.schema import KernelLaunch
 
 PROFILED = json.loads((Path(__file__).parent / "fixtures" / "kernels" / "h100_profiler_names.json").read_text())
 HONEST = ["(anonymous namespace)::anon_scale(float*, long)",
+          "void (anonymous namespace)::anon_tmpl<2>(float*, long)",
           "void gemm_bias_leaky_kernel<256>(float const*, float*, long)"]
 PYTORCH = sorted(set(PROFILED) - set(HONEST))
 TORCH_HANDLES = 0x7F00_0000_1000  # where PyTorch's kernels' handles start, in these traces
@@ -50,9 +51,16 @@ namespace { __global__ void anon_scale(float* y, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) y[i] *= 2.f;
 } }
+// A template in an anonymous namespace (the reference solutions' kernels): its host function's name carries the
+// internal-linkage `L` its device code's name lacks.
+namespace { template <int K> __global__ void anon_tmpl(float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] *= (float)K;
+} }
 void launch(const float* x, float* y, long n) {
     gemm_bias_leaky_kernel<256><<<(n + 255) / 256, 256>>>(x, y, n);
     anon_scale<<<(n + 255) / 256, 256>>>(y, n);
+    anon_tmpl<2><<<(n + 255) / 256, 256>>>(y, n);
 }
 """
 # The attack: host functions only, named like PyTorch's kernels, in an anonymous namespace.
@@ -158,7 +166,8 @@ def test_the_kernels_of_a_loaded_build_have_its_host_stubs_as_handles(builds):
     with open("/proc/self/maps") as maps:
         mapped = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in maps
                   if line.rstrip().endswith(str(so))]
-    stubs = [next(h for h in handles[name] if any(lo <= h < hi for lo, hi in mapped)) for name in HONEST]
+    stubs = [next(h for h in handles[name] if any(lo <= h < hi for lo, hi in mapped))
+             for name in (HONEST[0], HONEST[2])]
     assert stubs[1] - stubs[0] == values[1] - values[0]
     assert launches.build_kernel_handles(builds / "missing") == {}
 
