@@ -220,7 +220,9 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
         return _flagged("pause_refused", "the candidate's processes could not be paused between its turns, so nothing "
                         f"would keep them from running beside the reference's windows: {obs.pause_error}",
                         obs.pause_error)
-    if obs.ran_while_paused:
+    # GPU work a candidate queued before its pause runs on beside the reference: where that is all that disturbed
+    # its windows, the flag that names it is leftover_gpu_work (below), not a pause that did not hold.
+    if obs.ran_while_paused and (obs.paused_cpu_windows or _leftover_gpu_work(obs) is None):
         detail = "; ".join(obs.ran_while_paused)
         return _flagged("ran_while_paused", "the candidate ran while it was paused, during "
                         f"{len(obs.ran_while_paused)} reference window(s), each timed again: {obs.ran_while_paused[0]}",

@@ -304,6 +304,7 @@ class Observations(BaseModel):
     # Reference windows during which the paused candidate used CPU (or, on CUDA, its GPU work ran after the window),
     # each a line that says which and how much: every one was timed again, and none counted.
     ran_while_paused: list[str] = Field(default_factory=list)
+    paused_cpu_windows: int = 0  # of those, the windows in which its processes used CPU (the rest: GPU work)
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

@@ -405,6 +405,20 @@ def test_a_candidate_that_ran_while_paused_is_flagged_with_the_window_and_its_cp
     assert [f.check for f in g.flags] == ["ran_while_paused"] and line in g.message and "14166 µs" in g.log_excerpt
 
 
+def test_gpu_work_left_running_through_a_reference_window_is_named_leftover_gpu_work_not_a_pause_that_failed():
+    """Work the candidate queued on the GPU before its pause runs on beside the reference's window: the window is
+    timed again, and the flag names the GPU work (the GPU suite saw `ran_while_paused` where the corpus expects
+    `leftover_gpu_work`). Its own CPU time during a window is the pause's failure, whatever the GPU did."""
+    honest = _passing(candidate_timing=_window_timing(1.0), pause_method="cgroup_freeze")
+    gpu = ("the eager window of round 1: another process's GPU work ran after it (the trusted side waited 180 ms "
+           "for an idle GPU)")
+    left = honest.model_copy(update={"ran_while_paused": [gpu], "gpu_idle_waits_ms": [0.05, 180.0]})
+    assert [f.check for f in grade(left, TOL).flags] == ["leftover_gpu_work"]
+    cpu = "the eager window of round 2: the candidate's processes used 900 µs of CPU while paused (cgroup_freeze)"
+    both = left.model_copy(update={"ran_while_paused": [gpu, cpu], "paused_cpu_windows": 1})
+    assert [f.check for f in grade(both, TOL).flags] == ["ran_while_paused"]
+
+
 def test_a_candidate_that_could_not_be_paused_is_flagged_not_crashed():
     """A pause the candidate refused (a thread already traced) ends the evaluation there, the harness killing its
     process: the verdict names the refusal, not the kill."""

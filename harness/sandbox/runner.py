@@ -657,11 +657,16 @@ class _Evaluation:
         assert self.candidate is not None and self.trusted is not None and self.provenance is not None
         used = self.candidate.cpu_used_us(mark)
         if used:
+            self.obs.paused_cpu_windows += 1
             return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
                     f"({self.obs.pause_method})")
         limit_s = self.settings.gpu_idle_wait_s
         if self.provenance.device == "cuda" and limit_s:
             idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
+            # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a
+            # window are (grading._leftover_gpu_work names it), and the window is timed again.
+            self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
+            self.obs.gpu_busy_windows += bool(idle["busy"])
             if idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS:
                 return (f"{window}: another process's GPU work ran after it (the trusted side waited "
                         f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
