@@ -612,16 +612,18 @@ class _Evaluation:
         check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
         return list(done["sums"]), list(done["scales"])
 
-    def _wait_idle(self, device: str) -> None:
-        """On CUDA, before a reference window: the trusted side waits out GPU work of another process's (what the
-        candidate, stopped since its turn, left running), off the window's clock; how long is observed."""
+    def _wait_idle(self, device: str) -> dict[str, Any] | None:
+        """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
+        candidate, paused since its turn, left running), off the window's clock; how long is observed (it is what
+        grading._leftover_gpu_work judges) and returned. None where nothing is waited for."""
         assert self.trusted is not None
         limit_s = self.settings.gpu_idle_wait_s
         if device != "cuda" or not limit_s:
-            return
+            return None
         idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
         self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
         self.obs.gpu_busy_windows += bool(idle["busy"])
+        return idle
 
     def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
                           r: int = 0) -> tuple[float, dict[str, Any]] | None:
@@ -660,16 +662,12 @@ class _Evaluation:
             self.obs.paused_cpu_windows += 1
             return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
                     f"({self.obs.pause_method})")
-        limit_s = self.settings.gpu_idle_wait_s
-        if self.provenance.device == "cuda" and limit_s:
-            idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
-            # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a
-            # window are (grading._leftover_gpu_work names it), and the window is timed again.
-            self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
-            self.obs.gpu_busy_windows += bool(idle["busy"])
-            if idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS:
-                return (f"{window}: another process's GPU work ran after it (the trusted side waited "
-                        f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
+        # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a window
+        # are (grading._leftover_gpu_work names it), and the window is timed again.
+        idle = self._wait_idle(self.provenance.device)
+        if idle is not None and (idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS):
+            return (f"{window}: another process's GPU work ran after it (the trusted side waited "
+                    f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
         return None
 
     def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
