@@ -176,23 +176,27 @@ class ChildProcess:
         if self.disk_limit:
             self.disk_limit += max(0, extra_bytes)
 
+    disk_watch_interval_s = 0.5  # between the watcher's counts of the child's disk
+
     def _watch_disk(self, paths: list[Path]) -> None:
         """Disk has no rlimit: the parent measures the child's dirs and kills it past its share."""
-        while not self._watch_stop.wait(0.5) and self.proc.poll() is None:
+        while not self._watch_stop.wait(self.disk_watch_interval_s) and self.proc.poll() is None:
             excess = self._disk_excess(paths)
             if excess:
                 self.limit_exceeded = excess
-                with contextlib.suppress(OSError):
-                    self._log.write(f"\n[harness] killed: {self.limit_exceeded}\n".encode())
-                    self._log.flush()
+                self.note(f"\n[harness] killed: {excess}\n")
                 self.kill()
                 return
 
     def count_disk_at_end(self) -> str | None:
         """Count its disk once more, the process ended (or stopped): a child can go over its share and be done
-        before the watcher's next count. What it is over by, else None."""
+        before the watcher's next count. What it is over by, else None; the log says it as the watcher's kill
+        does, since the verdict's evidence is that line."""
         if (self.disk_limit or self.file_limit) and self.jail is not None and self.jail.writable:
-            return self._disk_excess(self.jail.writable)
+            excess = self._disk_excess(self.jail.writable)
+            if excess:
+                self.note(f"\n[harness] counted at its end: {excess}\n")
+            return excess
         return None
 
     def _disk_excess(self, paths: list[Path]) -> str | None:

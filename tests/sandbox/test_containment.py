@@ -371,6 +371,21 @@ def test_filling_the_disk_is_stopped_at_the_childs_share(registry, jail_settings
     assert scratch is not None and not list(scratch.glob("kh-eval-*")), "the scratch dir was not cleaned"
 
 
+def test_a_child_over_its_disk_between_the_watchers_counts_is_caught_at_its_end(registry, jail_settings,
+                                                                              monkeypatch):
+    """The watcher counts every half second; a child can write past its share and be done in between (CI's disk
+    did it in one). The count at its end gives the same verdict, and writes the same evidence into the log. Here the
+    watcher never gets to count; the twin, under its share, passes."""
+    from harness.sandbox.process import ChildProcess
+    monkeypatch.setattr(ChildProcess, "disk_watch_interval_s", 3600.0)
+    r = _run(registry, jail_settings, "disk_fill.py", files=12)
+    assert r.verdict == Verdict.crashed, r.message
+    assert "for its disk: the child wrote" in r.message, r.message
+    assert "[harness] counted at its end: disk: the child wrote" in r.observations.log_tail, r.observations.log_tail
+    honest = _run(registry, jail_settings, "disk_fill.py", files=2)
+    assert honest.verdict == Verdict.passed, honest.message + honest.log_excerpt
+
+
 def test_making_empty_files_without_end_is_stopped_at_the_childs_share_of_inodes(registry, jail_settings):
     """Empty files take inodes, not bytes: 200,000 of them are 800 MB at the 4 KiB a file the byte count charges,
     and two million fit in the default 8 GiB share. The watcher counts files and dirs too: past the child's share of
