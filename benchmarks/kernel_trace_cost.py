@@ -34,7 +34,7 @@ import json, statistics, sys, time
 import torch
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
-from harness.sandbox import launches
+from harness.evaluation import launches
 
 variant = sys.argv[1]
 seen = []

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Timing fidelity of the harness on the reference solutions: evaluate each one N times through
-`harness.sandbox.runner.evaluate` (the full isolated pipeline) and report the spread of its speedup.
+`harness.evaluation.runner.evaluate` (the full isolated pipeline) and report the spread of its speedup.
 
     python benchmarks/reference_solutions_harness.py --repeats 5 --json $OUT/harness.json
 
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import get_settings  # noqa: E402
+from harness.evaluation.runner import EvalOptions, evaluate, precompile, probe_device  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.sandbox.runner import EvalOptions, evaluate, precompile, probe_device  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions"
 

@@ -74,7 +74,7 @@ def render(bench: dict, harness_runs: list[dict], probes: list[str] = (), tensor
             out.append(f"- level2/{r['id']}: max rel err {worst:.2e}; vs fp64 {sol:.2e} / {ref:.2e}")
     if harness:
         out += ["", "## Through the harness", "",
-                "Each solution evaluated 5 times by `harness.sandbox.runner.evaluate` (isolated processes, 5 "
+                "Each solution evaluated 5 times by `harness.evaluation.runner.evaluate` (isolated processes, 5 "
                 "correctness trials each, 100 timed calls; speedup vs eager measured in the same evaluation). "
                 "Spread = max/min - 1 of the 5 speedups (target < 2%). Profiler = the solution's kernel time per call "
                 "from the torch profiler in the benchmark run (independent measure; target: harness median within 3%).",
@@ -106,7 +106,7 @@ def _tensor_cores(tc: dict, floors: dict, commit: str) -> list[str]:
     """The 3xTF32 design through the harness, beside its floor, with the error against float64; then the sweep."""
     d = tc["device"]
     out = ["", "## The tensor-core design (3xTF32): `reference_solutions/tensor_cores/`", "",
-           f"Each solution evaluated once by `harness.sandbox.runner.evaluate` at default size, atol = rtol = 1e-4 "
+           f"Each solution evaluated once by `harness.evaluation.runner.evaluate` at default size, atol = rtol = 1e-4 "
            f"(5 uniform trials and one `randn*2+0.5`, fresh parameters, parent-clock timing against eager and "
            f"torch.compile in the same evaluation): `python benchmarks/tensor_core_solutions.py --json FILE` at "
            f"commit {commit}, on {d['device_name']} (torch {d['torch_version']}, CUDA {d['cuda_version']}, "

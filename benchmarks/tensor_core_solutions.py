@@ -6,7 +6,7 @@
 
 1. Builds all of them first, in parallel on the CPU (`precompile`, one child process each), so the evaluations
    time kernels, not nvcc.
-2. Evaluates each once through `harness.sandbox.runner.evaluate` (isolated processes, fresh parameters, 5 uniform
+2. Evaluates each once through `harness.evaluation.runner.evaluate` (isolated processes, fresh parameters, 5 uniform
    trials and one randn*2+0.5 trial, parent-clock timing against eager and torch.compile), one at a time, and
    prints: verdict, flags, speedup vs eager and vs torch.compile, and the worst error against float64 of the
    candidate and of the fp32 reference over the trials (the harness's max |a-g| / (1+|g|)).
@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from harness import artifacts  # noqa: E402
 from harness.config import get_settings  # noqa: E402
+from harness.evaluation.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.sandbox.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
 from harness.submission import extract  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions" / "tensor_cores"
@@ -109,8 +109,8 @@ def sweep_one(spec, text: str, target, settings) -> list[dict]:
 
     import torch
 
-    from harness.sandbox import parameters, problem_module
-    from harness.sandbox.protocol import ProblemLoad
+    from harness.evaluation import parameters, problem_module
+    from harness.evaluation.protocol import ProblemLoad
 
     number = spec.kernelbench_id.split("/")[1]
     problem = problem_module.load_problem(ProblemLoad(path=spec.source_path,

@@ -7,7 +7,7 @@
     python benchmarks/timing_fidelity.py --device cpu --repeats 3               # A/A on the CPU, small sizes
 
 A/A: each problem's reference, renamed ModelNew, evaluated against itself through the whole pipeline
-(`harness.sandbox.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
+(`harness.evaluation.runner.evaluate`) at its default size; its speedup vs eager should be 1.00x. The repeats
 interleave the problems (75, 62, ..., 75, 62, ...), so drift spreads over all of them. Beside each time, what its
 windows alone gave (before what each window's fingerprints took beyond the trusted side's was charged to it): for an
 honest submission the charge should be about nothing.
@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from harness import artifacts  # noqa: E402
 from harness.config import get_settings  # noqa: E402
+from harness.evaluation.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.sandbox.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
 from harness.submission import extract  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions"
@@ -53,8 +53,8 @@ def profiled_kernel_ms(path: Path, spec, target, settings, calls: int = 20) -> f
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from harness.sandbox import problem_module
-    from harness.sandbox.protocol import ProblemLoad
+    from harness.evaluation import problem_module
+    from harness.evaluation.protocol import ProblemLoad
 
     problem = problem_module.load_problem(ProblemLoad(path=spec.source_path, overrides=spec.size("default").overrides),
                                           module_name=f"_fidelity_{spec.kernelbench_id.replace('/', '_')}")

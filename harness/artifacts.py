@@ -46,7 +46,7 @@ def compile_cache_env(settings: Settings) -> dict[str, str]:
 
 
 def reduced_size_path(settings: Settings, key: str) -> Path:
-    """Where a problem file's reduced CPU size, once chosen, is kept (`sandbox.reduced_size`)."""
+    """Where a problem file's reduced CPU size, once chosen, is kept (`evaluation.reduced_size`)."""
     root = settings.data_dir / "sizes"
     root.mkdir(parents=True, exist_ok=True)
     return root / f"{key}.json"

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     # Correctness
     correctness_trials: int = Field(default=5, ge=1, le=100)
 
-    # Timing: rounds of windows on the parent's clock (harness/sandbox/windows.py), candidate and reference
+    # Timing: rounds of windows on the parent's clock (harness/evaluation/windows.py), candidate and reference
     # interleaved; each window lasts about window_ms at the reference's speed. On CUDA 12 rounds: a median of 12
     # windows is about 12% noisier than one of 15 (sqrt(15/12)) for 0.75 s less an evaluation (README, phase table).
     timing_windows_cuda: int = Field(default=12, ge=3)

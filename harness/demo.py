@@ -253,7 +253,7 @@ def observations(rng: random.Random, outcome: str, kb: str, speedup: float, kern
     return obs
 
 
-# What the trusted process records (sandbox/torchflags.snapshot) under torch 2.13's defaults.
+# What the trusted process records (evaluation/torchflags.snapshot) under torch 2.13's defaults.
 REFERENCE_TORCH_FLAGS = {
     "default_dtype": "torch.float32", "float32_matmul_precision": "highest", "deterministic_algorithms": False,
     "cuda.matmul.allow_tf32": False, "cuda.matmul.allow_fp16_reduced_precision_reduction": True,

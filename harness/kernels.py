@@ -1,7 +1,7 @@
 """Which GPU kernels are the submission's own. No torch: the parent uses this.
 
 The evidence is a trace of one timed window's own calls: the candidate's process reports each kernel as it is first
-launched there (sandbox/launches.py), with the launch's handle: a runtime launch's host stub (or its cudaKernel_t), a
+launched there (evaluation/launches.py), with the launch's handle: a runtime launch's host stub (or its cudaKernel_t), a
 driver launch's `CUfunction`. After the timed rounds it lists the handles of what the submission defined: the host
 stubs (and their cudaKernel_t) of the kernels in the device code of the shared objects under its build dir, and the
 compiled kernels of the `@triton.jit` functions whose code lives in its file. A kernel counts as the submission's own

@@ -82,7 +82,7 @@ class DeterminismFigures(BaseModel):
 
 
 class TimingStats(BaseModel):
-    """Milliseconds per call. `parent_window` (harness/sandbox/windows.py): the parent's clock over timed
+    """Milliseconds per call. `parent_window` (harness/evaluation/windows.py): the parent's clock over timed
     windows, n windows of calls_per_window calls each; the statistics are over windows. The in-process clocks
     (`cuda_event`, `perf_counter`) are those of results stored before the parent timed every window."""
 
@@ -245,7 +245,7 @@ class SpeedOfLight(BaseModel):
 
 
 class StateDictCopy(BaseModel):
-    """How the reference's tensors (drawn fresh: harness/sandbox/parameters.py) reached the candidate's model."""
+    """How the reference's tensors (drawn fresh: harness/evaluation/parameters.py) reached the candidate's model."""
 
     copied: list[str] = Field(default_factory=list)  # candidate keys that received a reference tensor
     by_position: dict[str, str] = Field(default_factory=dict)  # of those, matched by order: candidate -> reference

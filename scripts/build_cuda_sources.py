@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.config import Settings  # noqa: E402
-from harness.sandbox.runner import precompile_all, probe_device  # noqa: E402
+from harness.evaluation.runner import precompile_all, probe_device  # noqa: E402
 
 
 def sources() -> list[Path]:

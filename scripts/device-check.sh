@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU host with a preinstalled CUDA torch (an H100, say): install carried wheels if any, then
 # run the gpu-marked tests and one full-size evaluation of level2/75. Logs land in $OUT (or ./device-out).
-#   device-check.sh [all|tests|eval75]   or   device-check.sh pytest tests/sandbox/test_corpus.py -k twin
+#   device-check.sh [all|tests|eval75]   or   device-check.sh pytest tests/evaluation/test_corpus.py -k twin
 set -uo pipefail
 . "$(dirname "$0")/../scripts/device-env.sh"
 export HARNESS_DATA_DIR=/tmp/kh-data

@@ -44,8 +44,8 @@ builds=$!
 files=()
 for p in "${parts[@]}"; do
   case "$p" in
-    corpus) files+=(tests/sandbox/test_corpus.py) ;;
-    sandbox) files+=($(ls tests/sandbox/test_*.py | grep -v test_corpus.py)) ;;
+    corpus) files+=(tests/evaluation/test_corpus.py) ;;
+    sandbox) files+=($(ls tests/sandbox/test_*.py tests/evaluation/test_*.py | grep -v test_corpus.py)) ;;
     service) files+=(tests/service) ;;
     solutions) files+=(tests/reference_solutions) ;;
     *) echo "unknown part $p (corpus sandbox service solutions)"; exit 2 ;;
@@ -54,7 +54,7 @@ done
 # The alone stage takes the tests that need no build first (the A/A copies, the pure-PyTorch corpus entries: the
 # ordering is tests/conftest.py's), while the builds go on.
 alone_files=()
-for f in tests/sandbox/test_runner_gpu.py "${files[@]}"; do
+for f in tests/evaluation/test_runner_gpu.py "${files[@]}"; do
   [[ " ${files[*]} " == *" $f "* ]] && [[ " ${alone_files[*]} " != *" $f "* ]] && alone_files+=("$f")
 done
 status=0

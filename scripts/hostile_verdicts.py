@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.config import Settings  # noqa: E402
+from harness.evaluation.runner import EvalOptions, evaluate  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 from harness.sandbox import capabilities, limits  # noqa: E402
-from harness.sandbox.runner import EvalOptions, evaluate  # noqa: E402
 from harness.service.health import gpu_health_check  # noqa: E402
 
 HOSTILE = REPO / "tests" / "fixtures" / "hostile"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from harness.config import Settings
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -98,7 +98,7 @@ def settings(tmp_path_factory) -> Settings:
 
 class GpuSlot:
     """The gpu tests' slot, as a worker's (harness/service/worker.py): its probed target, a warm trusted process of
-    each problem's own (`harness/sandbox/warm.py`), and the next test's candidate process started ahead. The tests
+    each problem's own (`harness/evaluation/warm.py`), and the next test's candidate process started ahead. The tests
     that run one at a time (the GPU suite's stage "alone") then pay each reference's start, probe and build once per
     problem and each candidate's start beside the test before it, not in turn; and they test the path a worker
     takes."""
@@ -110,13 +110,13 @@ class GpuSlot:
 
     def target(self):
         if self._target is None:
-            from harness.sandbox.runner import probe_device
+            from harness.evaluation.runner import probe_device
 
             self._target = probe_device(self.device, self.settings)
         return self._target
 
     def options(self, spec, **options) -> EvalOptions:
-        from harness.sandbox.warm import TrustedPool
+        from harness.evaluation.warm import TrustedPool
 
         pool = self.pools.setdefault(spec.id, TrustedPool(self.settings))
         return EvalOptions(device=self.device, target=self.target(), trusted_pool=pool, **options)
@@ -130,7 +130,7 @@ class GpuSlot:
         plan = planned_evaluation(item) if item is not None and "gpu" in item.keywords else None
         if plan is None:
             return False
-        from harness.sandbox import runner
+        from harness.evaluation import runner
 
         spec, text, options = plan
         return runner.prestart(spec, text, self.options(spec, **options), self.settings)

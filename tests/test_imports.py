@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MODULES = ["harness", "harness.cli", "harness.sandbox.runner", "harness.grading", "harness.problems",
+MODULES = ["harness", "harness.cli", "harness.evaluation.runner", "harness.grading", "harness.problems",
            "harness.submission", "harness.config", "harness.schema",
            "harness.api", "harness.api.app", "harness.api.routes.submissions", "harness.api.routes.leaderboard",
            "harness.api.routes.problems", "harness.api.routes.admin", "harness.api.routes.health",
@@ -28,13 +28,23 @@ def test_importing_the_cli_runner_and_grading_does_not_import_torch():
     assert p.stdout.strip() == "0"
 
 
+def test_isolation_knows_nothing_of_the_evaluation_protocol():
+    """harness.sandbox confines and ends processes; harness.evaluation says what they compute. The arrow runs one
+    way: an import of the protocol from the isolation layer would tie the two back together."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "harness" / "sandbox"
+    upward = sorted(p.name for p in root.glob("*.py") if "harness.evaluation" in p.read_text())
+    assert upward == []
+
+
 def test_only_the_sandbox_children_import_submissions():
-    """No module except sandbox/child.py loads code from a file path (spec_from_file_location)."""
+    """No module except evaluation/child.py loads code from a file path (spec_from_file_location)."""
     from pathlib import Path
 
     root = Path(__file__).parents[1] / "harness"
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "spec_from_file_location" in p.read_text())
-    assert users == ["sandbox/child.py", "sandbox/problem_module.py"]  # the latter loads problem files only
+    assert users == ["evaluation/child.py", "evaluation/problem_module.py"]  # the latter loads problem files only
 
 
 def test_the_api_serves_requests_without_importing_torch(tmp_path):

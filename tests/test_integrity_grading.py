@@ -1,6 +1,6 @@
 """Grading of the integrity checks from stored figures: each check's catch and its honest twin.
 
-The submissions that trigger these live in tests/fixtures/adversarial (see tests/sandbox/corpus.py);
+The submissions that trigger these live in tests/fixtures/adversarial (see tests/evaluation/corpus.py);
 here the boundaries are pinned down without processes or a GPU.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.evaluation import windows
+from harness.evaluation.windows import WindowSeries
 from harness.grading import HANDOVER_LATENCY_CREDIT, grade
 from harness.reporting import Scored, leaderboard
-from harness.sandbox import windows
-from harness.sandbox.windows import WindowSeries
 from harness.schema import (
     ChildExit,
     KernelTrace,

@@ -150,7 +150,7 @@ def test_the_kernels_of_a_loaded_build_have_its_host_stubs_as_handles(builds):
     """A launch names a kernel by its host stub (nvcc's host function of the kernel's own mangled name), or by the
     cudaKernel_t the CUDA runtime gives for that stub: the candidate's process finds the stubs of the kernels in the
     device code of the objects it has loaded from its build dir, in their symbol tables (local ones too)."""
-    from harness.sandbox import launches
+    from harness.evaluation import launches
 
     so = _build(builds / "loaded", "kh_loaded", HONEST_CU, CUBIN)
     _build(builds / "loaded", "kh_not_loaded", HONEST_CU, CUBIN)  # never loaded: claims nothing
@@ -179,7 +179,7 @@ def test_a_build_sealed_after_it_was_loaded_keeps_its_kernels_handles(builds):
     (a GPU evaluation lost its credit for them before)."""
     import shutil
 
-    from harness.sandbox import launches
+    from harness.evaluation import launches
 
     so = _build(builds / "sealed", "kh_sealed", HONEST_CU, CUBIN)
     ctypes.CDLL(str(so))

@@ -1,11 +1,11 @@
-"""Fresh reference parameters and how they reach the candidate (harness/sandbox/parameters.py), in process."""
+"""Fresh reference parameters and how they reach the candidate (harness/evaluation/parameters.py), in process."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from harness.sandbox import parameters
+from harness.evaluation import parameters
 
 
 class _Net(nn.Module):

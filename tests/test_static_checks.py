@@ -11,13 +11,13 @@ from harness.static_checks import check
 
 ROOT = Path(__file__).parents[1]
 
-TIMING = "from harness.sandbox import timing as t\n"
+TIMING = "from harness.evaluation import timing as t\n"
 
 CAUGHT = {
     "harness_patch": {
         "from-import alias": TIMING + "t._perf_counter_ns = lambda: 0\n",
-        "import as": "import harness.sandbox.timing as t\nt._perf_counter_ns = lambda: 0\n",
-        "full path": "import harness.sandbox\nharness.sandbox.timing._perf_counter_ns = lambda: 0\n",
+        "import as": "import harness.evaluation.timing as t\nt._perf_counter_ns = lambda: 0\n",
+        "full path": "import harness.evaluation\nharness.evaluation.timing._perf_counter_ns = lambda: 0\n",
         "alias of an alias": TIMING + "u = t\nu._perf_counter_ns = lambda: 0\n",
         "setattr": TIMING + "setattr(t, '_perf_counter_ns', lambda: 0)\n",
         "object.__setattr__": TIMING + "object.__setattr__(t, '_perf_counter_ns', lambda: 0)\n",
@@ -28,8 +28,8 @@ CAUGHT = {
         "augmented": TIMING + "t.OFFSET += 1\n",
         "the child, run as __main__": "import __main__\n__main__.timing = None\n",
         "the problem module": "import _harness_problem\n_harness_problem.batch_size = 1\n",
-        "sys.modules": "import sys\nsys.modules['harness.sandbox.timing']._perf_counter_ns = lambda: 0\n",
-        "importlib": "import importlib\nimportlib.import_module('harness.sandbox.timing')._perf_counter_ns = 0\n",
+        "sys.modules": "import sys\nsys.modules['harness.evaluation.timing']._perf_counter_ns = lambda: 0\n",
+        "importlib": "import importlib\nimportlib.import_module('harness.evaluation.timing')._perf_counter_ns = 0\n",
     },
     "profile_hook": {
         "sys.setprofile": "import sys\nsys.setprofile(lambda *a: None)\n",
@@ -105,7 +105,7 @@ def test_a_finding_names_the_line_and_what_the_alias_stood_for():
     assert [(f.rule, f.line) for f in findings] == [("raw_fd", 3), ("raw_fd", 4)]
     assert findings[1].detail == "uses os.write (as w)"
     patch = [f for f in check(CAUGHT["harness_patch"]["from-import alias"]) if f.rule == "harness_patch"]
-    assert [(f.line, f.detail) for f in patch] == [(2, "assigns harness.sandbox.timing._perf_counter_ns")]
+    assert [(f.line, f.detail) for f in patch] == [(2, "assigns harness.evaluation.timing._perf_counter_ns")]
 
 
 def test_importing_the_harness_is_flagged_even_without_an_assignment():

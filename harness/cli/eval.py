@@ -9,11 +9,11 @@ import typer
 
 from harness.cli.common import ProblemsDirOption, find_problem, require_cuda
 from harness.config import get_settings
+from harness.evaluation.reduced_size import SMALL
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.precision import PRECISIONS
 from harness.precision import check as check_precision
 from harness.problems.spec import V01_TOLERANCE
-from harness.sandbox.reduced_size import SMALL
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult, Tolerance
 
 

@@ -9,9 +9,9 @@ import typer
 
 from harness.cli.common import ProblemsDirOption, find_problem, registry, si
 from harness.config import get_settings
+from harness.evaluation.runner import phase_limits
 from harness.precision import PRECISIONS
 from harness.problems.spec import module_constants
-from harness.sandbox.runner import phase_limits
 
 app = typer.Typer(help="List and inspect problems.", no_args_is_help=True)
 

@@ -5,7 +5,7 @@ A KernelBench file states its sizes as module constants (`batch_size = 4096`, `d
 problem at a smaller size, some of those constants are overridden. Two things keep the result a valid
 problem: constants computed from others (`bias_shape`, `num_channels = embed_dim`) are recomputed from the
 new values, and shape-defining parameters (kernel sizes, strides, groups, heads...) are never touched.
-Whether a candidate is valid is decided by building it (`harness.sandbox.size_probe`); this module only
+Whether a candidate is valid is decided by building it (`harness.evaluation.size_probe`); this module only
 proposes candidates.
 """
 

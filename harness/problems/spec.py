@@ -45,7 +45,7 @@ class ProblemSpec(BaseModel):
     init_arg_names: list[str] = Field(default_factory=list)
     # One more correctness trial on randn*2+0.5 inputs (negative, above 1); off where the op has a domain.
     extra_distribution: bool = True
-    # The reference's parameters and buffers are drawn fresh for each evaluation (harness/sandbox/parameters.py);
+    # The reference's parameters and buffers are drawn fresh for each evaluation (harness/evaluation/parameters.py);
     # these state-dict names (or prefixes) keep the problem's own initialisation, where their domain matters.
     fixed_parameters: list[str] = Field(default_factory=list)
 

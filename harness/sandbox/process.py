@@ -23,9 +23,11 @@ from typing import IO, Any
 
 from harness.sandbox import pause
 from harness.sandbox.limits import Jail, SandboxError, UncountedDir, tree_usage
-from harness.sandbox.protocol import MAX_MESSAGE_BYTES
 
 _EOF = object()
+
+# The longest line the parent reads from a child's channel: a longer one is the child's protocol violation.
+MAX_MESSAGE_BYTES = 1 << 20
 
 
 class Deadline(Exception):

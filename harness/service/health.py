@@ -29,7 +29,7 @@ def gpu_health_check(env: dict[str, str], settings: Settings, timeout_s: float =
     """None when a tiny kernel runs correctly on the GPU that `env` pins; else what went wrong."""
     with artifacts.scratch_dir(settings) as work:
         try:
-            proc = ChildProcess("harness.sandbox.healthcheck", [], cwd=work, env=scrubbed_env(env, work),
+            proc = ChildProcess("harness.evaluation.healthcheck", [], cwd=work, env=scrubbed_env(env, work),
                                 log_path=work / "health.log", kill_grace_s=settings.kill_grace_s,
                                 jail=limits.jail(settings, untrusted=False))
         except SandboxError as e:

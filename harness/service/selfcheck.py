@@ -2,7 +2,7 @@
 
 A problem that fails it cannot be solved by anybody: its reference is stochastic, or its sizes do not
 build, or the harness mishandles something in it. On a CPU the check runs at reduced sizes, chosen per
-problem by `harness.sandbox.size_probe` from the file's own size constants within a time budget, and
+problem by `harness.evaluation.size_probe` from the file's own size constants within a time budget, and
 every row records the sizes it ran at.
 
 No torch here: sizes are chosen in a child process, evaluations go through `runner.evaluate`.
@@ -25,9 +25,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.config import Settings
+from harness.evaluation import reduced_size
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems.spec import ProblemSpec, SizeVariant
-from harness.sandbox import reduced_size
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Precision
 
 SCHEMA_VERSION = 1

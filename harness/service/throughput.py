@@ -31,10 +31,10 @@ from pydantic import BaseModel
 from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.session import Database
+from harness.evaluation.runner import EvalOptions, PrecompileResult, evaluate, precompile, precompile_all
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities
-from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile, precompile_all
 from harness.schema import EvalResult, Provenance
 from harness.service import reeval
 from harness.service.devices import Slot, plan_slots, probe

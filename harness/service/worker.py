@@ -32,13 +32,13 @@ from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.models import Job, JobStatus, ResultOrigin, Submission
 from harness.db.session import Database
+from harness.evaluation import runner
+from harness.evaluation.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.evaluation.warm import TrustedPool
 from harness.precision import check as check_precision
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.requirements import accepted
-from harness.sandbox import runner
-from harness.sandbox.runner import EvalOptions, PrecompileResult, evaluate, precompile
-from harness.sandbox.warm import TrustedPool
 from harness.schema import EvalResult, Provenance
 from harness.service.devices import Slot
 from harness.service.health import gpu_health_check, low_disk, slot_is_healthy
@@ -351,7 +351,7 @@ class Worker:
 
     def _slot_loop(self, slot: Slot) -> None:
         # The slot's trusted process stays warm between evaluations of one problem, and the next job's candidate
-        # process starts while the current job is evaluated (harness/sandbox/warm.py).
+        # process starts while the current job is evaluated (harness/evaluation/warm.py).
         pool = TrustedPool(self.settings)
         upcoming: list[_Held] = []  # the next job, taken while the current one is evaluated
         evaluating, ending = threading.Event(), threading.Event()

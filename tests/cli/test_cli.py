@@ -76,8 +76,8 @@ def test_a_kernelbench_problem_runs_at_one_reduced_size_on_the_cpu_whoever_asks(
     """`--size small` was refused ("has sizes: default") and the default ran at full size (a level2 reference
     reached 14.6 GB). Now every problem has `small` on the CPU, chosen once by the size probe and kept: eval with
     --size small, eval with auto and the service's evaluate (a worker's CPU slot) run the same sizes."""
+    from harness.evaluation.runner import EvalOptions, evaluate
     from harness.problems import get_registry
-    from harness.sandbox.runner import EvalOptions, evaluate
     from harness.service.selfcheck import aa_submission
 
     fixtures = REPO / "tests/fixtures/kernelbench"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from harness.config import Settings
+from harness.evaluation.runner import command_deadline, phase_limits
 from harness.problems import get_registry
-from harness.sandbox.runner import command_deadline, phase_limits
 
 from .test_cli import harness
 

@@ -11,10 +11,10 @@ from unittest import mock
 import pytest
 import torch
 
+from harness.evaluation.problem_module import load_problem
+from harness.evaluation.protocol import ProblemLoad
 from harness.problems import get_registry
 from harness.problems.spec import model_init_arg_names
-from harness.sandbox.problem_module import load_problem
-from harness.sandbox.protocol import ProblemLoad
 from harness.submission import extract
 from harness.verdicts import Verdict
 

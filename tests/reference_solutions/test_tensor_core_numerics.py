@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from harness import kernels, static_checks
+from harness.evaluation.problem_module import load_problem
+from harness.evaluation.protocol import ProblemLoad
 from harness.grading import PRECISION_FLOOR, PRECISION_RATIO
 from harness.problems import get_registry
 from harness.problems.spec import model_init_arg_names
-from harness.sandbox.problem_module import load_problem
-from harness.sandbox.protocol import ProblemLoad
 from harness.submission import extract
 from tests.reference_solutions.test_reference_solutions import _init_signature
 from tests.reference_solutions.test_reference_solutions import solution as current_solution

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
 from harness.sandbox import capabilities
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.service.health import gpu_health_check
 from harness.verdicts import Verdict
 

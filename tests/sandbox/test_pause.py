@@ -1,6 +1,6 @@
 """The candidate's pause between its turns (sandbox/pause.py): SIGSTOP, which a timer of its own lifts, against the
 cgroup freezer (v2 and v1) and the ptrace-stop, on a child that arms a SIGCONT timer and spins
-(tests/sandbox/sigcont_spinner.py); and the runner's check after each reference window."""
+(tests/evaluation/sigcont_spinner.py); and the runner's check after each reference window."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
 from harness.sandbox import cgroups, pause, process
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
 from .test_corpus import _held_whatever_it_signals
@@ -30,7 +30,7 @@ SPIN_S = 0.4
 def _spinner(tmp_path: Path, idle: bool = False) -> subprocess.Popen:
     ready = tmp_path / f"ready-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPIN_READY": str(ready), **({"SPIN_IDLE": "1"} if idle else {})}
-    child = subprocess.Popen([sys.executable, "-m", "tests.sandbox.sigcont_spinner"], cwd=ROOT, env=env,
+    child = subprocess.Popen([sys.executable, "-m", "tests.evaluation.sigcont_spinner"], cwd=ROOT, env=env,
                              start_new_session=True)
     deadline = time.monotonic() + 30
     while not ready.exists():
@@ -293,7 +293,7 @@ class _FakeCandidate:
 
 def _evaluation(used: list[int]):
     from harness.config import Settings
-    from harness.sandbox.runner import _Evaluation
+    from harness.evaluation.runner import _Evaluation
     from harness.schema import Observations, Provenance
 
     ev = _Evaluation.__new__(_Evaluation)
@@ -316,7 +316,7 @@ def test_a_reference_window_the_candidate_disturbed_is_timed_again_and_only_the_
 
 
 def test_a_reference_window_disturbed_every_time_stops_the_timing():
-    from harness.sandbox.handles import CandidateStopped
+    from harness.evaluation.handles import CandidateStopped
 
     ev = _evaluation([900, 800, 700])
     with pytest.raises(CandidateStopped):

@@ -3,7 +3,7 @@ before the kill (harness/sandbox/stacks.py), shown in the verdict's log excerpt.
 
 from __future__ import annotations
 
-from harness.sandbox.runner import EvalOptions, evaluate
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
 HANGS_IN_A_HELPER = """import torch

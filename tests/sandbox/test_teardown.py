@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from harness.evaluation.runner import EvalOptions, evaluate
+from harness.evaluation.warm import TrustedPool
 from harness.problems.spec import ProblemSpec
-from harness.sandbox.runner import EvalOptions, evaluate
-from harness.sandbox.warm import TrustedPool
 from harness.verdicts import Verdict
 
 INPUT_S = 10.0  # each get_inputs() call of the slow problem: six trials make a minute of preparation

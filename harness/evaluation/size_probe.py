@@ -1,4 +1,4 @@
-"""Find a size at which a problem's forward pass fits a time budget: `python -m harness.sandbox.size_probe
+"""Find a size at which a problem's forward pass fits a time budget: `python -m harness.evaluation.size_probe
 --channel-fd N`, one JSON request on stdin, one `sized` (or `failed`) message back.
 
 Only the problem file (trusted code) is loaded here, never a submission. Each candidate size is first
@@ -25,9 +25,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from harness.evaluation.problem_module import load_problem, resolve_device, synchronize
+from harness.evaluation.protocol import Channel, ProblemLoad
 from harness.problems.sizes import SizeSpace, describe
-from harness.sandbox.problem_module import load_problem, resolve_device, synchronize
-from harness.sandbox.protocol import Channel, ProblemLoad
 
 # A size whose inputs and parameters alone take this many budgets to touch is not run for real to price
 # it (where the meta device cannot): it is shrunk on that lower bound first.

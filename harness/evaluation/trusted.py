@@ -1,4 +1,4 @@
-"""The trusted side of an evaluation: `python -m harness.sandbox.trusted --channel-fd N`.
+"""The trusted side of an evaluation: `python -m harness.evaluation.trusted --channel-fd N`.
 
 It never imports a submission. It builds the reference Model, draws the correctness inputs from a
 secret seed, keeps the expected outputs (fp32 and a float64 ground truth) in its own memory, judges
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 import harness
-from harness.sandbox import compare, parameters, problem_module, timing, torchflags, untrusted
-from harness.sandbox.protocol import (
+from harness.evaluation import compare, parameters, problem_module, timing, torchflags, untrusted
+from harness.evaluation.protocol import (
     DETERMINISM_FILE,
     INIT_ARGS_FILE,
     PARAMETERS_FILE,

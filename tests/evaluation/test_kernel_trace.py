@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import kernels
-from harness.sandbox.handles import Candidate, CandidateStopped
+from harness.evaluation.handles import Candidate, CandidateStopped
+from harness.evaluation.protocol import Trace, Window
 from harness.sandbox.process import Message
-from harness.sandbox.protocol import Trace, Window
 from harness.schema import Observations
 from harness.verdicts import Phase
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.sandbox import timing, windows
+from harness.evaluation import timing, windows
 
 CPU = torch.device("cpu")
 ATOL = RTOL = 1e-4

@@ -33,7 +33,7 @@ from typing import Any
 
 from harness import artifacts
 from harness.config import Settings
-from harness.sandbox.handles import Candidate, Trusted, TrustedFailed
+from harness.evaluation.handles import Candidate, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited
 
 log = logging.getLogger("harness.runner")

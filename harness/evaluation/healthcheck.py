@@ -1,4 +1,4 @@
-"""`python -m harness.sandbox.healthcheck --channel-fd N`: is this GPU still usable?
+"""`python -m harness.evaluation.healthcheck --channel-fd N`: is this GPU still usable?
 
 A tiny kernel on the GPU the child was pinned to, synchronised, its answer checked. Run by the
 worker after a child crashed or timed out on that GPU, before the slot takes its next job.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.sandbox.protocol import Channel
+from harness.evaluation.protocol import Channel
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,13 +34,9 @@ from pydantic import ValidationError
 
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
-from harness.problems.spec import ProblemSpec
-from harness.sandbox import builds as build_dirs
-from harness.sandbox import capabilities, limits, windows
-from harness.sandbox.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
-from harness.sandbox.pause import CpuMark
-from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
-from harness.sandbox.protocol import (
+from harness.evaluation import windows
+from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
+from harness.evaluation.protocol import (
     CandidateRequest,
     CheckHandoverCommand,
     Construct,
@@ -58,8 +54,13 @@ from harness.sandbox.protocol import (
     Window,
     handover_file,
 )
-from harness.sandbox.reduced_size import SMALL, SizingFailed, small_variant, with_small
-from harness.sandbox.warm import SpareCandidate, TrustedPool, WarmTrusted
+from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant, with_small
+from harness.evaluation.warm import SpareCandidate, TrustedPool, WarmTrusted
+from harness.problems.spec import ProblemSpec
+from harness.sandbox import builds as build_dirs
+from harness.sandbox import capabilities, limits
+from harness.sandbox.pause import CpuMark
+from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
@@ -329,7 +330,7 @@ class _Evaluation:
         else:
             home = pool.home() if pool is not None else self.trusted_home
             log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
-            proc = ChildProcess("harness.sandbox.trusted", [], cwd=home, env=scrubbed_env(extra, home),
+            proc = ChildProcess("harness.evaluation.trusted", [], cwd=home, env=scrubbed_env(extra, home),
                                 log_path=log_path, kill_grace_s=self.settings.kill_grace_s,
                                 jail=limits.jail(self.settings, untrusted=False))
             self.trusted = Trusted(proc, self.settings.reference_timeout_s)
@@ -924,7 +925,7 @@ def probe_device(device: str = "auto", settings: Settings | None = None,
     settings = settings or get_settings()
     extra_env = extra_env or {}
     with artifacts.scratch_dir(settings) as work:
-        proc = ChildProcess("harness.sandbox.trusted", [], cwd=work, env=scrubbed_env(extra_env, work),
+        proc = ChildProcess("harness.evaluation.trusted", [], cwd=work, env=scrubbed_env(extra_env, work),
                             log_path=work / "probe.log", kill_grace_s=settings.kill_grace_s)
         try:
             proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)
@@ -966,7 +967,7 @@ def precompile(text: str, target: Provenance, settings: Settings | None = None, 
         (home / "submission.py").write_text(source)
         finished = False
         with artifacts.exclusive_build_dir(builds), _sealed_when_built(builds, settings):
-            proc = ChildProcess("harness.sandbox.child", ["--compile-only", str(home / "submission.py")], cwd=home,
+            proc = ChildProcess("harness.evaluation.child", ["--compile-only", str(home / "submission.py")], cwd=home,
                                 env=scrubbed_env(env, home), log_path=home / "precompile.log",
                                 kill_grace_s=settings.kill_grace_s,
                                 jail=limits.jail(settings, untrusted=True, writable=[home, builds]))
@@ -1016,7 +1017,7 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     try:
         # Sealed when the lock goes: once ModelNew is constructed (nothing more is built), or at the process's end.
         build_lock.enter_context(_sealed_when_built(builds, settings))
-        proc = ChildProcess("harness.sandbox.child", ["--request", str(request_path)], cwd=home,
+        proc = ChildProcess("harness.evaluation.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
                             kill_grace_s=settings.kill_grace_s,
                             jail=limits.jail(settings, untrusted=True, writable=[home, builds],

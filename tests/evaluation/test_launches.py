@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from harness.sandbox import launches
+from harness.evaluation import launches
 
 RUNTIME_LAUNCH, DRIVER_LAUNCH, RUNTIME_GRAPH = (2, 211), (1, 307), (2, 311)
 DRIVER_LAUNCH_EX, RUNTIME_LAUNCH_EX = (1, 652), (2, 430)  # Triton's cuLaunchKernelEx; cudaLaunchKernelExC
@@ -143,7 +143,7 @@ class _FakeJITFunction:
 
 
 def test_own_triton_kernels_are_those_of_jit_functions_whose_code_is_in_the_submissions_file(tmp_path, monkeypatch):
-    from harness.sandbox import child
+    from harness.evaluation import child
 
     assert child.own_triton_kernels(tmp_path / "submission.py") == {}  # Triton never imported
     jit = types.ModuleType("triton.runtime.jit")

@@ -1,4 +1,4 @@
-"""A slot's warm trusted process (harness/sandbox/warm.py): kept between evaluations of one problem, it changes no
+"""A slot's warm trusted process (harness/evaluation/warm.py): kept between evaluations of one problem, it changes no
 verdict and carries nothing of one evaluation into the next. CPU, small sizes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from harness.sandbox.runner import EvalOptions, evaluate
-from harness.sandbox.warm import TrustedPool
+from harness.evaluation.runner import EvalOptions, evaluate
+from harness.evaluation.warm import TrustedPool
 from harness.verdicts import Verdict
 
 from ..conftest import SUBMISSIONS
@@ -81,8 +81,8 @@ def test_each_problem_keeps_a_warm_process_of_its_own_up_to_the_bound(registry, 
 
 
 def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monkeypatch):
-    from harness.sandbox import runner
-    from harness.sandbox.handles import TrustedFailed
+    from harness.evaluation import runner
+    from harness.evaluation.handles import TrustedFailed
 
     def fail(self):
         raise TrustedFailed("the judge failed")
@@ -102,8 +102,8 @@ def test_an_evaluation_cut_short_while_its_hand_overs_are_compared_keeps_its_tru
     """The hand-overs are compared after the timed rounds, while the candidate is traced and ends. Where the candidate
     stops in its trace, the trusted side's answer is still collected: the process is kept warm and in step, and the
     next evaluation gets its own answers, not the last one's."""
-    from harness.sandbox import runner
-    from harness.sandbox.handles import CandidateStopped
+    from harness.evaluation import runner
+    from harness.evaluation.handles import CandidateStopped
 
     def stopped(self):
         assert self.judging_handovers  # the comparison is under way
@@ -124,7 +124,7 @@ def test_an_evaluation_cut_short_while_its_hand_overs_are_compared_keeps_its_tru
 def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluation_begins(registry, settings, pool):
     """The next evaluation's candidate process starts while the slot is busy: torch imported, no submission code.
     Its evaluation then waits only for the submission's own import, and gets the same verdicts."""
-    from harness.sandbox.runner import prestart, probe_device
+    from harness.evaluation.runner import prestart, probe_device
 
     target = probe_device("cpu", settings)
     spec = registry.get("level2/30")

@@ -1,6 +1,6 @@
 """The body of a timed window, shared by both children so that the candidate and the reference run alike.
 
-A window's time is the parent's clock from sending its seeds to the answer (harness/sandbox/windows.py);
+A window's time is the parent's clock from sending its seeds to the answer (harness/evaluation/windows.py);
 this is only what runs inside it: for each seed, the call's inputs made from the seed with a private
 generator state (problem_module.seeded_inputs), the L2 flushed, the call, a wait for the device. The
 candidate's process runs its own copy of this code and may change it: whatever it skips or adds is inside
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness.sandbox.problem_module import manual_seed, seeded_inputs, synchronize
+from harness.evaluation.problem_module import manual_seed, seeded_inputs, synchronize
 
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record

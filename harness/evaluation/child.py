@@ -1,4 +1,4 @@
-"""The candidate's process: `python -m harness.sandbox.child --channel-fd N --request FILE`.
+"""The candidate's process: `python -m harness.evaluation.child --channel-fd N --request FILE`.
 
 The only module that imports a submission. It answers the parent's commands (protocol.py): construct,
 trials (outputs saved for the trusted judge), timed windows (the parent's clock times them), hand-overs
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.utils.cpp_extension
 
-from harness.sandbox import launches, parameters, problem_module, timing, torchflags
-from harness.sandbox.protocol import (
+from harness.evaluation import launches, parameters, problem_module, timing, torchflags
+from harness.evaluation.protocol import (
     DETERMINISM_FILE,
     INIT_ARGS_FILE,
     PARAMETERS_FILE,

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import EvalResult
 from harness.verdicts import Verdict
 
@@ -135,4 +135,4 @@ def test_docs_show_the_corpus_as_it_is_in_code():
     from .corpus import markdown_table
 
     assert markdown_table() in (ROOT / "docs" / "integrity.md").read_text(), \
-        "docs/integrity.md's corpus table is not tests/sandbox/corpus.py's markdown_table()"
+        "docs/integrity.md's corpus table is not tests/evaluation/corpus.py's markdown_table()"

@@ -20,8 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.schema import Precision, StateDictCopy
 
-MAX_MESSAGE_BYTES = 1 << 20
-
 # The exchange: the trusted side writes the Model's init arguments, then the reference's parameters, then the trials'
 # inputs into the exchange dir (the candidate reads them); the candidate writes its outputs into its own outputs dir
 # (the trusted side reads them).

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.evaluation import windows
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
-from harness.sandbox import windows
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
 ADVERSARIAL = Path(__file__).parents[1] / "fixtures" / "adversarial"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.verdicts import Verdict
 
 from ..conftest import SUBMISSIONS, evaluates

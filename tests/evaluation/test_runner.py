@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness import grading
+from harness.evaluation import windows
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems.spec import ProblemSpec
-from harness.sandbox import windows
-from harness.sandbox.runner import EvalOptions, evaluate
 from harness.schema import Tolerance
 from harness.verdicts import Verdict
 
@@ -85,7 +85,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
 
 
 def test_with_the_slots_target_the_candidate_starts_beside_the_trusted_side_and_still_passes(run_fixture, settings):
-    from harness.sandbox.runner import probe_device
+    from harness.evaluation.runner import probe_device
 
     target = probe_device("cpu", settings)
     r = run_fixture("level2/75", "l75_pytorch_correct.py", target=target)
@@ -100,7 +100,7 @@ def test_with_the_slots_target_the_candidate_starts_beside_the_trusted_side_and_
 
 def test_a_stale_target_restarts_the_candidate_for_the_device_found_and_the_submission_still_passes(
         run_fixture, settings, caplog):
-    from harness.sandbox.runner import probe_device
+    from harness.evaluation.runner import probe_device
 
     stale = probe_device("cpu", settings).model_copy(update={"torch_version": "0.0.1"})
     with caplog.at_level("WARNING", logger="harness.runner"):
@@ -111,7 +111,7 @@ def test_a_stale_target_restarts_the_candidate_for_the_device_found_and_the_subm
 
 
 def test_a_wrong_constructor_with_an_early_candidate_is_invalid_submission(run_fixture, settings):
-    from harness.sandbox.runner import probe_device
+    from harness.evaluation.runner import probe_device
 
     r = run_fixture("level2/30", "l30_wrong_signature.py", target=probe_device("cpu", settings))
     assert r.verdict == Verdict.invalid_submission, r.message
@@ -156,7 +156,8 @@ def test_the_torch_compile_baseline_compiles_the_reference_once_into_a_cache_onl
 
 
 def test_without_a_sandbox_uid_the_trusted_side_gets_no_shared_compile_cache(settings, monkeypatch):
-    from harness.sandbox import capabilities, runner
+    from harness.evaluation import runner
+    from harness.sandbox import capabilities
 
     confined = capabilities.Platform(root=True, netns=True, mountns=True, user_switch=True, cgroup=None)
     monkeypatch.setattr(capabilities, "platform", lambda: confined)
@@ -369,7 +370,7 @@ def test_scratch_dirs_are_removed_and_logs_kept(run_fixture, settings):
 
 
 def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(settings, run_fixture):
-    from harness.sandbox.runner import precompile, probe_device
+    from harness.evaluation.runner import precompile, probe_device
 
     source = (SUBMISSIONS / "l30_cpp_correct.py").read_text().replace("kh_test_hardtanh", "kh_test_precompiled")
     target = probe_device("cpu", settings)
@@ -504,7 +505,7 @@ def test_a_size_whose_trial_files_cannot_fit_the_scratch_disk_is_the_hosts_limit
 def test_the_exchange_space_check_counts_every_trials_input_and_output(tmp_path, monkeypatch):
     import collections
 
-    from harness.sandbox import trusted
+    from harness.evaluation import trusted
 
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(trusted.shutil, "disk_usage", lambda _: usage(0, 0, 100 << 20))
@@ -558,7 +559,7 @@ def test_a_commands_deadline_covers_writing_the_outputs_it_saves():
     """KernelBench's level2/19 at its own size saves 7 trial outputs of 2.2 GB: its honest reference, resubmitted,
     was a `timeout` on an H100 after the 30 s floor (50 x its 7 calls' time is a few seconds). The time to write
     what a command saves, at 100 MB/s, is added; small outputs keep the floor; the problem's run limit caps it."""
-    from harness.sandbox.runner import command_deadline
+    from harness.evaluation.runner import command_deadline
 
     assert command_deadline(30.0, 7, 20.0, 7 * 64 << 10, 300.0) == 30.0
     assert command_deadline(30.0, 7, 20.0, 7 * 2_200_000_000, 300.0) == pytest.approx(7 + 154)

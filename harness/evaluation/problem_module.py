@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from harness.evaluation.protocol import ProblemLoad
 from harness.precision import DTYPE_NAMES
-from harness.sandbox.protocol import ProblemLoad
 
 
 def save_without_checksums() -> None:

@@ -1,6 +1,6 @@
 """The adversarial corpus: one submission per exploit class, the verdict (and flag) it must get, the
 defence that catches it, and the honest twin that must pass. docs/integrity.md shows this table;
-tests/sandbox/test_corpus.py runs it (CPU entries in CI, GPU entries on a GPU host).
+tests/evaluation/test_corpus.py runs it (CPU entries in CI, GPU entries on a GPU host).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The window arithmetic (harness/sandbox/windows.py), in process: no children, no GPU."""
+"""The window arithmetic (harness/evaluation/windows.py), in process: no children, no GPU."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 
 from harness import grading
-from harness.sandbox import windows
-from harness.sandbox.windows import WindowSeries
+from harness.evaluation import windows
+from harness.evaluation.windows import WindowSeries
 
 
 def test_a_window_lasts_its_target_at_the_references_speed():

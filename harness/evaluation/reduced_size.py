@@ -42,7 +42,7 @@ def probe(path: Path, *, device: str = "cpu", budget_s: float = FORWARD_BUDGET_S
     {"ok": False, "error": ...}."""
     with tempfile.TemporaryDirectory(prefix="harness-size-") as tmp:
         home = Path(tmp)
-        child = ChildProcess("harness.sandbox.size_probe", [], cwd=home, env=scrubbed_env({}, home),
+        child = ChildProcess("harness.evaluation.size_probe", [], cwd=home, env=scrubbed_env({}, home),
                              log_path=home / "probe.log", kill_grace_s=2.0)
         try:
             request: dict[str, Any] = {"path": str(path.resolve()), "device": device, "budget_s": budget_s,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness import precision
-from harness.sandbox import problem_module, timing
-from harness.sandbox.protocol import ProblemLoad
+from harness.evaluation import problem_module, timing
+from harness.evaluation.protocol import ProblemLoad
 from harness.schema import Tolerance
 from harness.verdicts import Verdict
 
@@ -122,8 +122,8 @@ def get_init_inputs():
 
 
 def test_a_reference_that_cannot_run_at_the_precision_is_the_harnesss_failure_not_the_submissions(tmp_path, settings):
+    from harness.evaluation.runner import EvalOptions, evaluate
     from harness.problems import load_kernelbench_dir
-    from harness.sandbox.runner import EvalOptions, evaluate
 
     (tmp_path / "level1").mkdir()
     (tmp_path / "level1" / "1_Fp32Only.py").write_text(FP32_ONLY)

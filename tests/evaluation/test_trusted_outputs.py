@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness import grading
-from harness.sandbox import compare, problem_module, trusted
-from harness.sandbox.protocol import (
+from harness.evaluation import compare, problem_module, trusted
+from harness.evaluation.protocol import (
     DETERMINISM_FILE,
     CheckHandoverCommand,
     JudgeCommand,

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from harness import grading
-from harness.sandbox.protocol import JudgeCommand, PrepareCommand, ProblemLoad
-from harness.sandbox.trusted import Trusted
-from harness.sandbox.untrusted import UntrustedFile, read_untrusted
+from harness.evaluation.protocol import JudgeCommand, PrepareCommand, ProblemLoad
+from harness.evaluation.trusted import Trusted
+from harness.evaluation.untrusted import UntrustedFile, read_untrusted
 from harness.schema import Tolerance, TrialFigures
 from harness.verdicts import Verdict
 

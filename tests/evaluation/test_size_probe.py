@@ -1,11 +1,11 @@
-"""Choosing a reduced size by building candidates (harness/sandbox/size_probe.py), in process."""
+"""Choosing a reduced size by building candidates (harness/evaluation/size_probe.py), in process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.evaluation.size_probe import Estimate, search, size_problem
 from harness.problems.sizes import SizeSpace
-from harness.sandbox.size_probe import Estimate, search, size_problem
 
 GROUPED = """
 batch_size = 8

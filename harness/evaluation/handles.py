@@ -18,11 +18,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness import kernels
+from harness.evaluation.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
 from harness.sandbox import stacks
 from harness.sandbox.capabilities import SandboxError
 from harness.sandbox.pause import CpuMark, PauseFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
-from harness.sandbox.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
 from harness.schema import ChildError, ChildExit, FlagChange, KernelLaunch, KernelTrace, Observations
 from harness.verdicts import Phase
 
