@@ -276,7 +276,7 @@ def test_a_paused_candidate_stops_whole_a_process_that_left_its_group_included(j
 
     ticks = tmp_path / "ticks"
     root = str(Path(__file__).resolve().parents[2])
-    proc = ChildProcess("tests.evaluation.ticker", [], cwd=Path(root), env=scrubbed_env(
+    proc = ChildProcess("tests.sandbox.ticker", [], cwd=Path(root), env=scrubbed_env(
         {"TICK_FILE": str(ticks), "TICK_ESCAPE": "1"}, tmp_path), log_path=tmp_path / "child.log", kill_grace_s=1.0,
         jail=limits.jail(jail_settings, untrusted=True, writable=[tmp_path]))
 

@@ -1,6 +1,6 @@
 """The candidate's pause between its turns (sandbox/pause.py): SIGSTOP, which a timer of its own lifts, against the
 cgroup freezer (v2 and v1) and the ptrace-stop, on a child that arms a SIGCONT timer and spins
-(tests/evaluation/sigcont_spinner.py); and the runner's check after each reference window."""
+(tests/sandbox/sigcont_spinner.py); and the runner's check after each reference window."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from harness.problems import get_registry
 from harness.sandbox import cgroups, pause, process
 from harness.verdicts import Verdict
 
-from .test_corpus import _held_whatever_it_signals
+from ..evaluation.test_corpus import _held_whatever_it_signals
 
 ROOT = Path(__file__).parents[2]
 SPIN_S = 0.4
@@ -30,7 +30,7 @@ SPIN_S = 0.4
 def _spinner(tmp_path: Path, idle: bool = False) -> subprocess.Popen:
     ready = tmp_path / f"ready-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPIN_READY": str(ready), **({"SPIN_IDLE": "1"} if idle else {})}
-    child = subprocess.Popen([sys.executable, "-m", "tests.evaluation.sigcont_spinner"], cwd=ROOT, env=env,
+    child = subprocess.Popen([sys.executable, "-m", "tests.sandbox.sigcont_spinner"], cwd=ROOT, env=env,
                              start_new_session=True)
     deadline = time.monotonic() + 30
     while not ready.exists():

@@ -1,4 +1,4 @@
-"""ChildProcess's own controls, on a child that only ticks (tests/evaluation/ticker.py)."""
+"""ChildProcess's own controls, on a child that only ticks (tests/sandbox/ticker.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_a_paused_child_runs_nothing_in_any_thread_until_resumed_or_killed(tmp_p
     of each of its threads, which no signal of its own ends): a thread of its own that would launch work beside the
     trusted side's windows does nothing there."""
     ticks = tmp_path / "ticks"
-    proc = ChildProcess("tests.evaluation.ticker", [], cwd=tmp_path, env=scrubbed_env({"TICK_FILE": str(ticks)},
+    proc = ChildProcess("tests.sandbox.ticker", [], cwd=tmp_path, env=scrubbed_env({"TICK_FILE": str(ticks)},
                         tmp_path), log_path=tmp_path / "child.log", kill_grace_s=2.0)
     try:
         assert _wait_for(lambda: {"main", "thread"} <= set(ticks.read_text().split()) if ticks.exists() else False)

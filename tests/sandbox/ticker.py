@@ -18,7 +18,7 @@ def _tick(path: str, who: str) -> None:
 if __name__ == "__main__":
     if os.environ.get("TICK_ESCAPE"):
         subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                          "from tests.evaluation.ticker import _tick; _tick(sys.argv[2], 'escapee')",
+                          "from tests.sandbox.ticker import _tick; _tick(sys.argv[2], 'escapee')",
                           os.getcwd(), os.environ["TICK_FILE"]], start_new_session=True)
     threading.Thread(target=_tick, args=(os.environ["TICK_FILE"], "thread"), daemon=True).start()
     _tick(os.environ["TICK_FILE"], "main")
