@@ -96,7 +96,8 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
         "prepare": fp.parameters + kept + trial,
         "calibration": fp.parameters + c.calls * fp.inputs,
         "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
-        "windows": fp.parameters + c.calls * (fp.inputs + fp.outputs) + fp.forward_work + fp.fingerprint_bytes,
+        # The kept trials stay until the evaluation's end (Trusted.release).
+        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.outputs) + fp.forward_work + fp.fingerprint_bytes,
     }
 
 
