@@ -28,9 +28,9 @@ GIB = 1 << 30
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
             "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 _FLOATING = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
-# Elements compared at once where the truth is computed on the host: its float64 temporaries (compare.figures: about
-# fourteen a slice) stay under half a GiB beside the outputs.
-SMALL_COMPARE_SLICE = 1 << 22
+# Elements compared at once where the truth is computed on the host: the comparison's float64 temporaries (about
+# fourteen a slice) come to 112 MiB beside the outputs.
+SMALL_COMPARE_SLICE = 1 << 20
 # Bytes per element a comparison works in: about fourteen float64 temporaries a slice (compare.COMPARE_SLICE).
 COMPARE_BYTES_PER_ELEMENT = 14 * 8
 
@@ -62,7 +62,7 @@ class Footprint:
     calls_wanted: int  # calls per timed window before the plan (windows.most_calls)
     keep_bytes: int  # the expected outputs and truths kept from the prepare at most (trusted.KEEP_BYTES)
     compare_slice: int  # elements compared at once with the truth on the device (compare.COMPARE_SLICE)
-    fingerprint_bytes: int  # a fingerprint's float64 temporaries (timing.FINGERPRINT_CHUNK_BYTES, three of them)
+    fingerprint_chunk: int  # a fingerprint's slice of a window's outputs in float64 (timing.FINGERPRINT_CHUNK_BYTES)
 
     @property
     def f64_ratio(self) -> float:
@@ -78,6 +78,11 @@ class Choice:
     calls: int
 
 
+def fingerprint(fp: Footprint, c: Choice) -> int:
+    """A fingerprint's float64 temporaries: a slice of the window's outputs, its draws and their product."""
+    return 3 * min(fp.fingerprint_chunk, c.calls * fp.outputs_f64)
+
+
 def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     """The trusted side's peak bytes on the device in each of its phases."""
     on_device = c.truth == "device"
@@ -86,6 +91,8 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     model64 = fp.parameters_f64 if on_device else 0
     kept = c.trials_kept * (fp.outputs + (fp.outputs_f64 if on_device else 0))
     slice_elems = fp.compare_slice if on_device else SMALL_COMPARE_SLICE
+    # A window holds every call's inputs and kept output, and the last call's working memory beyond its output.
+    beyond_output = max(fp.forward_work - fp.outputs, 0)
     temps = min(slice_elems, max(fp.outputs_f64 // 8, 1)) * COMPARE_BYTES_PER_ELEMENT
     # A trial: its inputs, the expected output held while the stochastic check's forward and the truth's run.
     trial = model64 + fp.inputs + max(fp.forward_work + fp.outputs, fp.outputs + truth_forward)
@@ -97,7 +104,7 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
         "calibration": fp.parameters + c.calls * fp.inputs,
         "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
         # The kept trials stay until the evaluation's end (Trusted.release).
-        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.outputs) + fp.forward_work + fp.fingerprint_bytes,
+        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
     }
 
 
@@ -106,9 +113,10 @@ def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, 
     for the mutation check, its output and the output's snapshot; before it, the allocator's poison block of four
     inputs' size or a quarter of the free memory, which the trial's tensors then reuse) and a timed window."""
     poison = 4 * fp.inputs if budget is None else min(4 * fp.inputs, budget // 4)
+    beyond_output = max(fp.forward_work - fp.outputs, 0)
     return {
         "trials": fp.parameters + max(poison, 2 * fp.inputs + fp.forward_work + fp.outputs),
-        "windows": fp.parameters + c.calls * (fp.inputs + fp.outputs) + fp.forward_work + fp.fingerprint_bytes,
+        "windows": fp.parameters + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
     }
 
 

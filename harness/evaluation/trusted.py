@@ -368,7 +368,7 @@ class Trusted:
             parameters=memory_plan.tensor_bytes(described[2]), parameters_f64=memory_plan.float64_bytes(described[2]),
             forward_work=work, trials=trials, calls_wanted=windows.most_calls(io_bytes, self.device.type),
             keep_bytes=KEEP_BYTES, compare_slice=compare.COMPARE_SLICE,
-            fingerprint_bytes=3 * timing.FINGERPRINT_CHUNK_BYTES)
+            fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES)
         self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve)
         return self.plan
 
