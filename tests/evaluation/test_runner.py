@@ -590,6 +590,9 @@ def test_a_device_budget_too_small_for_what_the_harness_keeps_shrinks_it_and_one
         4 * mib, 4 * mib, 8 * mib, 4 * mib, 128)  # what the trusted side saw is what was counted by hand
     assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (0, "host", 2)
     assert [s.split(" ")[0] for s in plan.shrunk] == ["trials", "float64", "calls"]
+    from harness.cli.eval import render  # `harness eval`'s report says the plan
+
+    assert f"memory:     {plan.message}" in render(r) and "0 of 6 trials kept to the judge" in render(r)
     assert r.observations.candidate_timing is not None and r.observations.candidate_timing.calls_per_window <= 2
     for t in r.observations.trials:  # judged against a truth made on the host
         assert t.outputs[0].max_abs_err == 0 and t.outputs[0].err_vs_fp64 is not None
