@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     # this long past the last moment one ran: an import that hangs costs seconds, not the compile limit.
     import_idle_timeout_s: float = Field(default=90.0, gt=0)
 
+    # Device memory (evaluation/memory_plan.py): what an evaluation may use of its GPU.
+    device_memory_budget_mb: int = Field(
+        default=0, ge=0, description="At most this much device memory for one evaluation (both processes), below "
+        "the device's free memory: for a GPU shared with other work (and for tests, on the host too); 0: the "
+        "device's free memory alone.")
+    device_memory_reserve_mb: int = Field(
+        default=2048, ge=0, description="Device memory the memory plan keeps spare for what it does not count (the "
+        "candidate's CUDA context, cuBLAS and cuDNN workspaces, the allocator's rounding): a margin, not a "
+        "measurement.")
+
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")
     build_cache_max_mb: int = Field(default=50_000, ge=0, description="A worker removes the least recently used "

@@ -260,6 +260,34 @@ class StaticFinding(BaseModel):
     detail: str
 
 
+class MemoryPlan(BaseModel):
+    """Whether the evaluation fits on the device's memory, said before its first trial (evaluation/memory_plan.py):
+    what the harness keeps (trials kept to the judge, where the float64 truth lives, calls per timed window), what
+    it shrank to fit, and the figures. Bytes throughout."""
+
+    fits: bool
+    message: str
+    budget_bytes: int | None = None  # what the evaluation may use; None: no limit known (the host)
+    free_bytes: int | None = None  # the device's free memory with what the trusted process held
+    total_bytes: int | None = None
+    budget_setting_bytes: int | None = None  # HARNESS_DEVICE_MEMORY_BUDGET_MB, where set
+    reserve_bytes: int = 0
+    needs_bytes: int = 0
+    phases_bytes: dict[str, int] = Field(default_factory=dict)  # each side's peak in each of its phases
+    trials: int = 0
+    trials_kept: int = 0  # trials whose expected outputs (and truths) are kept from the prepare to the judge
+    truth: Literal["device", "host"] = "device"  # where the float64 truth is computed and held
+    compare_slice: int = 0  # elements compared at once
+    calls_per_window: int = 1  # the most calls a timed window may hold
+    calls_wanted: int = 1  # ... before the plan
+    shrunk: list[str] = Field(default_factory=list)  # what was shrunk to fit, in order
+    input_bytes: int = 0  # one call's
+    output_bytes: int = 0
+    parameter_bytes: int = 0
+    truth_bytes: int = 0  # one call's outputs in float64
+    forward_work_bytes: int = 0  # the reference forward's peak above its inputs
+
+
 class Observations(BaseModel):
     """Everything grading needs, all raw."""
 
@@ -318,6 +346,8 @@ class Observations(BaseModel):
     protocol_violations: list[str] = Field(default_factory=list)
     envelope: TimingEnvelope | None = None
     speed_of_light: SpeedOfLight | None = None
+    # Results stored before there was a plan have none.
+    memory_plan: MemoryPlan | None = None
     log_tail: str = ""
 
     def window_costs(self) -> dict[str, Any]:

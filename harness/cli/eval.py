@@ -105,6 +105,11 @@ def render(r: EvalResult) -> str:
         lines.append(f"eager:      {_ms(o.eager_timing)}")
         lines.append(f"compile:    {_ms(o.compile_timing)}" + (f"  [{o.compile_baseline_error}]"
                                                               if o.compile_baseline_error else ""))
+    if o.memory_plan is not None:
+        plan = o.memory_plan
+        lines.append(f"memory:     {plan.message}")
+        lines.append(f"            {plan.trials_kept} of {plan.trials} trials kept to the judge, float64 truth on the "
+                     f"{plan.truth}, {plan.calls_per_window} call(s) per timed window at most")
     if o.pause_method:
         lines.append(f"paused by:  {o.pause_method} (between the candidate's turns)")
     if r.speedup_vs_eager is not None:

@@ -67,6 +67,9 @@ class PrepareCommand(BaseModel):
     # (Trusted.trivial_ahead).
     atol: float | None = None
     rtol: float | None = None
+    # The memory plan's (memory_plan.plan): a cap below the device's free memory, and the spare it keeps; bytes.
+    memory_budget: int | None = None
+    memory_reserve: int = 0
 
 
 class JudgeCommand(BaseModel):

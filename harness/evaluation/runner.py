@@ -65,6 +65,7 @@ from harness.schema import (
     DeterminismFigures,
     EvalResult,
     KernelTrace,
+    MemoryPlan,
     Observations,
     Precision,
     ProblemRef,
@@ -369,6 +370,8 @@ class _Evaluation:
             trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
             fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
             atol=self.tolerance.atol, rtol=self.tolerance.rtol,
+            memory_budget=(self.settings.device_memory_budget_mb << 20) or None,
+            memory_reserve=self.settings.device_memory_reserve_mb << 20,
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
@@ -381,6 +384,7 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None
         prepared = self.trusted.wait("prepared").fields
         self.preparing = False
+        self._memory_plan(prepared)
         self._trusted_seconds("prepare", prepared)
         self.call_ms = float(prepared["call_ms"])
         self.output_bytes = int(prepared["output_bytes"])
@@ -404,6 +408,20 @@ class _Evaluation:
                 "evaluate the problem at a smaller size")
         self.phases.end("reference_prepare")
         return prepared
+
+    def _memory_plan(self, prepared: dict[str, Any]) -> None:
+        """The trusted side's memory plan, into the observations; a problem too large for the device's memory ends
+        the evaluation here, before the candidate's first trial: the harness's limit (infra_error), with the plan's
+        figures, never the submission's."""
+        plan = MemoryPlan.model_validate(prepared["memory_plan"])
+        self.obs.memory_plan = plan
+        if not plan.fits:
+            raise TrustedFailed(f"the evaluation does not fit on the device: {plan.message}")
+
+    def _planned_calls(self, calls: int) -> int:
+        """Calls per timed window within the memory plan's."""
+        plan = self.obs.memory_plan
+        return min(calls, plan.calls_per_window) if plan is not None else calls
 
     def candidate_imported(self) -> None:
         assert self.candidate is not None
@@ -476,7 +494,8 @@ class _Evaluation:
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
         io_bytes = prepared["output_bytes"] + prepared["input_bytes"]
-        calls = windows.calls_per_window(prepared["call_ms"], io_bytes, device, window_ms, prepared["window_cost_ms"])
+        calls = self._planned_calls(windows.calls_per_window(prepared["call_ms"], io_bytes, device, window_ms,
+                                                             prepared["window_cost_ms"]))
         rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
                                           else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline
@@ -485,7 +504,7 @@ class _Evaluation:
         walls: dict[str, list[float]] = {k: [] for k in kinds}
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         check = self.obs.timed_outputs = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
-        most = windows.most_calls(io_bytes, device)
+        most = self._planned_calls(windows.most_calls(io_bytes, device))
         by_eager = calls
         one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
         one_call_ms, _ = self._candidate_window(one[:1], one[1:], self._limit(_WINDOW_FLOOR_S, 1))

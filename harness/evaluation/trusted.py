@@ -28,7 +28,16 @@ from typing import Any
 import torch
 
 import harness
-from harness.evaluation import compare, parameters, problem_module, timing, torchflags, untrusted
+from harness.evaluation import (
+    compare,
+    memory_plan,
+    parameters,
+    problem_module,
+    timing,
+    torchflags,
+    untrusted,
+    windows,
+)
 from harness.evaluation.protocol import (
     DETERMINISM_FILE,
     INIT_ARGS_FILE,
@@ -43,6 +52,7 @@ from harness.evaluation.protocol import (
     inputs_file,
     output_file,
 )
+from harness.schema import MemoryPlan
 
 Judging = JudgeCommand | CheckHandoverCommand | JudgeHandoversCommand  # the commands that carry a tolerance
 
@@ -137,6 +147,19 @@ class ExchangeSpace(RuntimeError):
     """The exchange dir's filesystem cannot hold an evaluation at this size: the host's limit, not the submission's."""
 
 
+def _described(values: list[Any]) -> list[tuple[int, str]]:
+    """Tensors as (elements, dtype name), for the memory plan."""
+    return [(t.numel(), str(t.dtype).removeprefix("torch.")) for t in values if isinstance(t, torch.Tensor)]
+
+
+def _allocated(device: torch.device) -> int:
+    """What the allocator holds for tensors now, its peak counted from here on (CUDA; 0 on the host)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
 def _tensor_bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
@@ -185,6 +208,9 @@ class Trusted:
         self.handed_over: list[tuple[bytes | dict[str, Any], int, int]] = []
         # How a command says something on the way to its reply (main() sets the channel's).
         self.notify: Any = lambda event, **fields: None
+        # The evaluation's memory plan (`_memory_plan`), made on the prepare's first trial.
+        self.plan: MemoryPlan | None = None
+        self.stochastic = False  # the reference draws random numbers in forward (found on the first trial)
 
     def _build(self, cmd: PrepareCommand) -> None:
         """The problem's module and its reference Model on the device, built once per process: a warm trusted
@@ -214,7 +240,7 @@ class Trusted:
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
-        self.window_outputs, self.handed_over = [], []
+        self.window_outputs, self.handed_over, self.plan, self.stochastic = [], [], None, False
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {}
@@ -239,7 +265,7 @@ class Trusted:
         torch.save({"state_dict": state}, cmd.exchange_dir / PARAMETERS_FILE)
         # The candidate can take them now, beside the trials' inputs and outputs made next.
         self.notify("parameters_written")
-        model64 = compare.float64_copy(self.model)
+        model64: torch.nn.Module | None = None  # made once the plan says where the truth is computed
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
         if cmd.extra_distribution:
@@ -251,20 +277,28 @@ class Trusted:
         forward_seeds = [secrets.randbits(62) for _ in distributions]
         stochastic = False
         self._trial_seeds = (cmd.input_seed, forward_seeds)
-        kept_bytes, output_bytes, output_shapes = 0, 0, []
+        output_bytes, output_shapes = 0, []
         with torch.no_grad():
             for i in range(len(distributions)):
                 on_device = self._trial_inputs(i)
                 inputs = problem_module.to_device(on_device, torch.device("cpu"))  # as made: saved for the candidate
                 problem_module.synchronize(self.device)
+                base = _allocated(self.device)
                 t0 = time.perf_counter()
                 problem_module.manual_seed(forward_seeds[i], self.device)
                 expected = self.model(*on_device)
                 problem_module.synchronize(self.device)
                 call_s.append(time.perf_counter() - t0)
-                if i == 0:  # the same inputs under another forward seed: does the reference draw random numbers?
+                if i == 0:
+                    # Before anything more is held: the plan decides what is kept, where the truth is made, and
+                    # how many calls a window holds; a problem that cannot fit is said now, with its figures.
+                    plan = self._memory_plan(cmd, on_device, expected, base, len(distributions))
+                    if not plan.fits:
+                        return {"memory_plan": plan.model_dump(mode="json")}
+                    model64 = self._model64()
+                    # The same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
-                    stochastic = not _same_outputs(self.model(*on_device), expected)
+                    stochastic = self.stochastic = not _same_outputs(self.model(*on_device), expected)
                     # Before the first file is written: on a full disk torch.save fails with a riddle.
                     check_exchange_space(cmd.exchange_dir, len(distributions), _tensor_bytes(inputs),
                                          _tensor_bytes(_as_list(expected) or []))
@@ -272,12 +306,10 @@ class Trusted:
                     output_bytes = _tensor_bytes(_as_list(expected) or [])
                 torch.save(inputs, cmd.exchange_dir / inputs_file(i))
                 problem_module.manual_seed(forward_seeds[i], self.device)
-                truth = compare.float64_forward(model64, on_device)
-                # Kept to the judge while they fit KEEP_BYTES; past that (a KernelBench file at its own size: 7
-                # trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
-                size = _tensor_bytes(_as_list(expected) or []) + _tensor_bytes(_as_list(truth) or [])
-                keep = kept_bytes + size <= KEEP_BYTES
-                kept_bytes += size if keep else 0
+                truth = self._truth(model64, on_device)
+                # Kept to the judge as the plan allows (within KEEP_BYTES); past that (a KernelBench file at its own
+                # size: 7 trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
+                keep = i < plan.trials_kept
                 self.expected.append(expected if keep else None)
                 self.ground_truth.append(truth if keep else None)
                 self.recompute.append(not keep)
@@ -290,11 +322,7 @@ class Trusted:
         del first_inputs
         self.max_output_file = 4 * output_bytes + (64 << 20)
         # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
-        seeds = list(range(-20, 0))
-        timing.run_window(timing.empty_call, self.module, seeds[:2], seeds[:2], self.device, self.flush)
-        t0 = time.perf_counter()
-        timing.run_window(timing.empty_call, self.module, seeds, seeds, self.device, self.flush)
-        window_cost_ms = (time.perf_counter() - t0) * 1e3 / len(seeds)
+        window_cost_ms = self._window_cost_ms(plan.calls_per_window)
         if self.device.type == "cuda":  # the prepare's temporaries (float64 copies) back to the driver: the
             torch.cuda.empty_cache()  # candidate shares this GPU (level1/41 at its own size ran out beside them)
         clock.lap("calibrate")
@@ -316,7 +344,63 @@ class Trusted:
             "forward_seeds": forward_seeds,
             "stochastic": stochastic,
             "reference_torch_flags": torchflags.snapshot(),
+            "memory_plan": plan.model_dump(mode="json"),
         }
+
+    def _memory_plan(self, cmd: PrepareCommand, inputs: list[Any], expected: Any, base: int, trials: int
+                     ) -> MemoryPlan:
+        """The plan (memory_plan.plan) from the first trial: its inputs, the reference's output and the forward's
+        peak above `base` (what was allocated before it: CUDA's allocator measures it; on the host, its output
+        alone), the parameters, and the device's free memory with what this process already holds."""
+        outputs = _as_list(expected) or []
+        described = [_described(x) for x in (inputs, outputs, list(self.model.state_dict().values())
+                                              if self.model is not None else [])]
+        free = total = None
+        work = memory_plan.tensor_bytes(described[1])
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            free += torch.cuda.memory_reserved(self.device)
+            work = max(work, torch.cuda.max_memory_allocated(self.device) - base)
+        io_bytes = memory_plan.tensor_bytes(described[0]) + memory_plan.tensor_bytes(described[1])
+        footprint = memory_plan.Footprint(
+            inputs=memory_plan.tensor_bytes(described[0]), inputs_f64=memory_plan.float64_bytes(described[0]),
+            outputs=memory_plan.tensor_bytes(described[1]), outputs_f64=memory_plan.float64_bytes(described[1]),
+            parameters=memory_plan.tensor_bytes(described[2]), parameters_f64=memory_plan.float64_bytes(described[2]),
+            forward_work=work, trials=trials, calls_wanted=windows.most_calls(io_bytes, self.device.type),
+            keep_bytes=KEEP_BYTES, compare_slice=compare.COMPARE_SLICE,
+            fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES)
+        self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve)
+        return self.plan
+
+    def _model64(self) -> torch.nn.Module | None:
+        """The float64 reference, where the plan computes the truth: on the device, or on the host."""
+        model64 = compare.float64_copy(self.model) if self.model is not None else None
+        if model64 is not None and self.plan is not None and self.plan.truth == "host":
+            model64 = model64.cpu()
+        return model64
+
+    def _truth(self, model64: torch.nn.Module | None, on_device: list[Any]) -> Any:
+        """The float64 truth of one call, where the plan computes it. On the host a stochastic reference draws from
+        another generator than the device's: its truth would not be the reference's, so it has none (the reference
+        alone judges, as where no float64 copy can be made)."""
+        if self.plan is None or self.plan.truth == "device":
+            return compare.float64_forward(model64, on_device)
+        if self.stochastic:
+            return None
+        return compare.float64_forward(model64, problem_module.to_device(on_device, torch.device("cpu")))
+
+    def _window_cost_ms(self, calls: int) -> float:
+        """What a window costs per call besides the call (inputs, flush, wait), in windows of the plan's calls: a
+        window makes every call's inputs first (level1/96 at its own size: 8 GiB a call, 20 calls at once did not fit
+        an H200)."""
+        seeds = list(range(-20, 0))
+        timing.run_window(timing.empty_call, self.module, seeds[:min(2, calls)], seeds[:min(2, calls)], self.device,
+                          self.flush)
+        t0 = time.perf_counter()
+        for start in range(0, len(seeds), calls):
+            part = seeds[start:start + calls]
+            timing.run_window(timing.empty_call, self.module, part, part, self.device, self.flush)
+        return (time.perf_counter() - t0) * 1e3 / len(seeds)
 
     def trivial_ahead(self, atol: float, rtol: float) -> None:
         """How the outputs that compute nothing compare on the kept trials of the problem's own inputs, judged while
@@ -349,7 +433,7 @@ class Trusted:
         ahead = self.trivial_judged is not None and self.trivial_judged[0] == (cmd.atol, cmd.rtol)
         found = copy.deepcopy(self.trivial_found) if ahead else {}
         judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
-        model64 = compare.float64_copy(self.model) if any(self.recompute) else None
+        model64 = self._model64() if any(self.recompute) else None
         for i, dist in enumerate(self.distributions):
             exp, gt = self._trial_outputs(i, model64)
             trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
@@ -387,7 +471,7 @@ class Trusted:
             problem_module.manual_seed(forward_seed, self.device)
             exp = self.model(*on_device)
             problem_module.manual_seed(forward_seed, self.device)
-            return exp, compare.float64_forward(model64, on_device)
+            return exp, self._truth(model64, on_device)
 
     def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
         """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
@@ -474,8 +558,11 @@ class Trusted:
         if got.shape != exp.shape or got.dtype != expected_dtype(exp):
             return fig
         fig.update(compare.figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
-                                   cmd.atol, cmd.rtol))
+                                   cmd.atol, cmd.rtol, self._compare_slice()))
         return fig
+
+    def _compare_slice(self) -> int:
+        return self.plan.compare_slice if self.plan is not None else compare.COMPARE_SLICE
 
     def _determinism(self, outputs_dir: Path, trial0: dict[str, Any]) -> dict[str, Any] | None:
         """Trial 0's output against the determinism re-run's on the same inputs. Only where trial 0's output has the
@@ -506,7 +593,7 @@ class Trusted:
         worst = 0.0
         for x, y in zip(la, lb, strict=True):
             fx, fy = x.reshape(-1), y.reshape(-1)
-            step = compare.COMPARE_SLICE  # on the device, a slice at a time (compare.figures)
+            step = self._compare_slice()  # on the device, a slice at a time (compare.figures)
             for start in range(0, fx.numel(), step):
                 xd = fx[start:start + step].to(self.device).to(torch.float64)
                 yd = fy[start:start + step].to(self.device).to(torch.float64)
@@ -605,9 +692,9 @@ class Trusted:
                 # Judged as the trials are; the float64 truth is made only where an element needs it.
                 if compare.outside_tolerance(check):
                     if model64 is None:  # a Module's truth value is its len() where it has one: never `or`
-                        model64 = compare.float64_copy(self.model)
+                        model64 = self._model64()
                     problem_module.manual_seed(forward_seed, self.device)
-                    truth = compare.float64_forward(model64, inputs)
+                    truth = self._truth(model64, inputs)
                     if truth is not None:
                         check = self._judge_bytes(data, exp, truth, cmd)
                 checks.append(check)

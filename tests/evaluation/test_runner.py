@@ -564,3 +564,42 @@ def test_a_commands_deadline_covers_writing_the_outputs_it_saves():
     assert command_deadline(30.0, 7, 20.0, 7 * 64 << 10, 300.0) == 30.0
     assert command_deadline(30.0, 7, 20.0, 7 * 2_200_000_000, 300.0) == pytest.approx(7 + 154)
     assert command_deadline(30.0, 7, 20.0, 70 * 2_200_000_000, 300.0) == 300.0
+
+
+def test_a_device_budget_too_small_for_what_the_harness_keeps_shrinks_it_and_one_smaller_is_too_large(settings,
+                                                                                                     tmp_path):
+    """The memory plan on the host, its device budget set (HARNESS_DEVICE_MEMORY_BUDGET_MB, for a GPU shared with
+    other work): KernelBench's ReLU at batch 256 (4 MiB in and out a call). Where what the harness keeps does not fit,
+    it keeps no trial to the judge, computes the float64 truth on the host and holds fewer calls a window, and the
+    honest reference still passes; below the least it needs, the verdict is the harness's limit, with its figures."""
+    from harness.evaluation import memory_plan as mp
+
+    spec, source = _relu_copy(tmp_path)
+    mib = 1 << 20
+    relu = mp.Footprint(inputs=4 * mib, inputs_f64=8 * mib, outputs=4 * mib, outputs_f64=8 * mib, parameters=0,
+                        parameters_f64=0, forward_work=4 * mib, trials=6, calls_wanted=128, keep_bytes=8 << 30,
+                        compare_slice=1 << 26, fingerprint_chunk=256 * mib)
+    two_calls = mp.needs(relu, mp.Choice(0, "host", 2), None, 0)[0]
+    least = mp.needs(relu, mp.Choice(0, "host", 1), None, 0)[0]
+    shrunk = settings.model_copy(update={"device_memory_budget_mb": two_calls // mib, "device_memory_reserve_mb": 0})
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), shrunk)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    plan = r.observations.memory_plan
+    assert plan is not None and plan.fits and plan.budget_bytes == two_calls and plan.free_bytes is None
+    assert (plan.input_bytes, plan.output_bytes, plan.truth_bytes, plan.forward_work_bytes, plan.calls_wanted) == (
+        4 * mib, 4 * mib, 8 * mib, 4 * mib, 128)  # what the trusted side saw is what was counted by hand
+    assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (0, "host", 2)
+    assert [s.split(" ")[0] for s in plan.shrunk] == ["trials", "float64", "calls"]
+    from harness.cli.eval import render  # `harness eval`'s report says the plan
+
+    assert f"memory:     {plan.message}" in render(r) and "0 of 6 trials kept to the judge" in render(r)
+    assert r.observations.candidate_timing is not None and r.observations.candidate_timing.calls_per_window <= 2
+    for t in r.observations.trials:  # judged against a truth made on the host
+        assert t.outputs[0].max_abs_err == 0 and t.outputs[0].err_vs_fp64 is not None
+    tight = settings.model_copy(update={"device_memory_budget_mb": least // mib - 1, "device_memory_reserve_mb": 0})
+    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), tight)
+    assert r.verdict == Verdict.infra_error, r.message + r.log_excerpt
+    assert r.observations.memory_plan is not None and not r.observations.memory_plan.fits
+    assert r.observations.trials == []  # said before the candidate's first trial
+    assert f"too large for this device's memory: needs {least / (1 << 30):.2f} GiB" in r.message
+    assert "capped at" in r.message and "already shrunk: trials kept" in r.message

@@ -3,6 +3,7 @@ one trial at a time past that. In this process, on the CPU, with the module's ow
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,67 @@ def test_an_output_within_the_tolerance_of_the_float64_truth_passes_where_the_re
         fig = OutputFigures.model_validate(check["outputs"][0])
         assert fig.max_rel_err_or_fp64 is not None and fig.mismatches_at_eval_tolerance
         assert grading.within_tolerance(fig, tol) is passes, (name, fig)
+
+
+_NONFINITE = """import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(x) + 1 / x.round()  # NaN where x < 0, inf where x rounds to 0
+def get_inputs():
+    return [torch.randn(37, 29)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_made_and_compared_whole(tmp_path,
+                                                                                                   monkeypatch):
+    """Where the memory plan moves the float64 truth to the host (memory_plan: the device cannot hold its forward),
+    the judge compares it a small slice at a time: every figure is the one the whole-tensor path gives, for an honest
+    output and one with errors, a NaN where the reference is finite and an inf of the wrong sign."""
+    from harness.evaluation import memory_plan
+
+    problem = tmp_path / "problem.py"
+    problem.write_text(_NONFINITE)
+    plan = memory_plan.plan
+
+    def judged(truth: str, slice_elems: int, outputs) -> dict:
+        def planned(*args, **kwargs):
+            return plan(*args, **kwargs).model_copy(update={"truth": truth, "compare_slice": slice_elems,
+                                                            "trials_kept": 0 if truth == "host" else 6})
+        monkeypatch.setattr(memory_plan, "plan", planned)
+        side = trusted.Trusted()
+        prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
+                                               draw_seed=7, input_seed=99, trials=3, exchange_dir=tmp_path / "ex"))
+        assert side.plan is not None and side.plan.truth == truth
+        out = tmp_path / f"out-{truth}-{outputs.__name__}"
+        out.mkdir()
+        for i in range(len(prepared["distributions"])):
+            torch.save(outputs(side, i, prepared), out / output_file(i))
+        return side.judge(JudgeCommand(outputs_dir=out, atol=1e-4, rtol=1e-4))["trials"]
+
+    def wrong(side, i, prepared):
+        out = _reference(side, i, prepared).clone()
+        flat = out.reshape(-1)
+        finite = flat.isfinite().nonzero().reshape(-1)
+        flat[finite[::5]] += 1e-2
+        flat[finite[1]] = float("nan")
+        flat[flat.isinf().nonzero().reshape(-1)[:1]] *= -1
+        return out
+
+    for outputs in (_reference, wrong):
+        whole, sliced = judged("device", compare.COMPARE_SLICE, outputs), judged("host", 7, outputs)
+        assert len(whole) == len(sliced)
+        for a, b in zip(whole, sliced, strict=True):
+            (fa,), (fb,) = a.pop("outputs"), b.pop("outputs")
+            assert a == b and fa.keys() == fb.keys()
+            for key, value in fa.items():
+                if "l2" in key:  # sums of squares added a slice at a time: the last bit may differ
+                    assert fb[key] == pytest.approx(value, rel=1e-12), key
+                elif isinstance(value, float) and math.isnan(value):
+                    assert math.isnan(fb[key]), key
+                else:
+                    assert fb[key] == value, key
+        figures = fa
+        assert figures["err_vs_fp64"] is not None
+        assert (figures["nonfinite_mismatches"] > 0) == (outputs is wrong)

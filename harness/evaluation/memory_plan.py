@@ -1,0 +1,192 @@
+"""Whether an evaluation fits on the device's memory, said before its first trial. No torch, no GPU: arithmetic on
+the byte counts the trusted side saw on the first trial (inputs, outputs, parameters, the reference's own working
+memory) and the device's free memory.
+
+Both processes share one GPU, and each keeps what its caching allocator once held: the peak of the trusted side's
+phases (prepare, the windows' calibration, judge, timed windows) and the peak of the candidate's (trials, timed
+windows) add up. Where they do not fit, the harness first shrinks what it keeps itself, in this order:
+
+  1. trials kept from the prepare to the judge (their expected outputs and float64 truths), down to none: each is
+     then made again at the judge, one trial on the device at a time;
+  2. the float64 truth: computed on the host and compared on the device a small slice at a time, instead of
+     computed and held whole on the device;
+  3. calls per timed window (each call's inputs and kept outputs are held until the window's fingerprint), down
+     to one.
+
+Only then is a problem too large, with its figures: what it needs, what the device has, what was already shrunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.schema import MemoryPlan
+
+GIB = 1 << 30
+# Bytes per element of the dtypes a problem's tensors hold (torch's names without "torch.").
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+            "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+_FLOATING = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+# Elements compared at once where the truth is computed on the host: the comparison's float64 temporaries (about
+# fourteen a slice) come to 112 MiB beside the outputs.
+SMALL_COMPARE_SLICE = 1 << 20
+# Bytes per element a comparison works in: about fourteen float64 temporaries a slice (compare.COMPARE_SLICE).
+COMPARE_BYTES_PER_ELEMENT = 14 * 8
+
+
+def tensor_bytes(tensors: Sequence[tuple[int, str]]) -> int:
+    """Bytes of tensors given as (elements, dtype name)."""
+    return sum(n * ITEMSIZE.get(dtype, 8) for n, dtype in tensors)
+
+
+def float64_bytes(tensors: Sequence[tuple[int, str]]) -> int:
+    """Bytes of the same tensors once the float64 truth casts them (compare.to_float64: floating-point ones only)."""
+    return sum(n * (8 if dtype in _FLOATING else ITEMSIZE.get(dtype, 8)) for n, dtype in tensors)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One call of the problem, as the trusted side saw it on the first trial. Bytes throughout."""
+
+    inputs: int
+    inputs_f64: int
+    outputs: int
+    outputs_f64: int
+    parameters: int
+    parameters_f64: int
+    # The reference forward's peak above its inputs (its output included): measured on CUDA (the allocator's
+    # peak); on the host, where nothing measures it, its output alone.
+    forward_work: int
+    trials: int  # correctness trials, the extra distribution's included
+    calls_wanted: int  # calls per timed window before the plan (windows.most_calls)
+    keep_bytes: int  # the expected outputs and truths kept from the prepare at most (trusted.KEEP_BYTES)
+    compare_slice: int  # elements compared at once with the truth on the device (compare.COMPARE_SLICE)
+    fingerprint_chunk: int  # a fingerprint's slice of a window's outputs in float64 (timing.FINGERPRINT_CHUNK_BYTES)
+
+    @property
+    def f64_ratio(self) -> float:
+        """How much larger the float64 truth's tensors are than the reference's: its forward's working memory grows
+        alike (the same operations on wider elements)."""
+        return (self.inputs_f64 + self.outputs_f64) / max(self.inputs + self.outputs, 1)
+
+
+@dataclass(frozen=True)
+class Choice:
+    trials_kept: int
+    truth: str  # "device" | "host"
+    calls: int
+
+
+def fingerprint(fp: Footprint, c: Choice) -> int:
+    """A fingerprint's float64 temporaries: a slice of the window's outputs, its draws and their product."""
+    return 3 * min(fp.fingerprint_chunk, c.calls * fp.outputs_f64)
+
+
+def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
+    """The trusted side's peak bytes on the device in each of its phases."""
+    on_device = c.truth == "device"
+    f64_work = int(fp.forward_work * fp.f64_ratio) if on_device else 0
+    truth_forward = (fp.inputs_f64 + f64_work) if on_device else 0
+    model64 = fp.parameters_f64 if on_device else 0
+    kept = c.trials_kept * (fp.outputs + (fp.outputs_f64 if on_device else 0))
+    slice_elems = fp.compare_slice if on_device else SMALL_COMPARE_SLICE
+    # A window holds every call's inputs and kept output, and the last call's working memory beyond its output.
+    beyond_output = max(fp.forward_work - fp.outputs, 0)
+    temps = min(slice_elems, max(fp.outputs_f64 // 8, 1)) * COMPARE_BYTES_PER_ELEMENT
+    # A trial: its inputs, the expected output held while the stochastic check's forward and the truth's run.
+    trial = model64 + fp.inputs + max(fp.forward_work + fp.outputs, fp.outputs + truth_forward)
+    # A judged trial: the expected output, its truth, the candidate's output read, and the comparison's slice (the
+    # outputs that compute nothing are made and compared after the candidate's is let go).
+    compare = fp.outputs + (fp.outputs_f64 if on_device else 0) + fp.outputs + temps
+    return {
+        "prepare": fp.parameters + kept + trial,
+        "calibration": fp.parameters + c.calls * fp.inputs,
+        "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
+        # The kept trials stay until the evaluation's end (Trusted.release).
+        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
+    }
+
+
+def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, int]:
+    """The candidate's peak bytes on the device, were its kernels the reference's: a trial (its inputs, their copy
+    for the mutation check, its output and the output's snapshot; before it, the allocator's poison block of four
+    inputs' size or a quarter of the free memory, which the trial's tensors then reuse) and a timed window."""
+    poison = 4 * fp.inputs if budget is None else min(4 * fp.inputs, budget // 4)
+    beyond_output = max(fp.forward_work - fp.outputs, 0)
+    return {
+        "trials": fp.parameters + max(poison, 2 * fp.inputs + fp.forward_work + fp.outputs),
+        "windows": fp.parameters + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
+    }
+
+
+def needs(fp: Footprint, c: Choice, budget: int | None, reserve: int) -> tuple[int, dict[str, int]]:
+    """Both sides' peaks and the reserve: what the choice needs at once."""
+    trusted, candidate = trusted_phases(fp, c), candidate_phases(fp, c, budget)
+    phases = {f"trusted_{k}": v for k, v in trusted.items()} | {f"candidate_{k}": v for k, v in candidate.items()}
+    return max(trusted.values()) + max(candidate.values()) + reserve, phases
+
+
+def _kept_at_most(fp: Footprint) -> int:
+    """The trials kept before any shrinking: as many as fit KEEP_BYTES (their expected outputs and truths)."""
+    per_trial = fp.outputs + fp.outputs_f64
+    return min(fp.trials, fp.keep_bytes // per_trial) if per_trial else fp.trials
+
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.2f} GiB"
+
+
+def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int | None,
+         reserve: int) -> MemoryPlan:
+    """The evaluation's memory plan. `free` is the device memory this evaluation may use (the device's free memory and
+    what the trusted process already holds), `total` the device's; `budget_setting` caps it (a GPU shared with other
+    work, a test); `reserve` is kept spare for what is not counted (the candidate's CUDA context, library workspaces,
+    the allocator's rounding). Where neither gives a budget (the host), the plan fits and says its figures."""
+    budgets = [b for b in (free, budget_setting) if b is not None]
+    budget = min(budgets) if budgets else None
+    choice = Choice(trials_kept=_kept_at_most(fp), truth="device", calls=max(1, fp.calls_wanted))
+    shrunk: list[str] = []
+
+    def fits(c: Choice) -> bool:
+        return budget is None or needs(fp, c, budget, reserve)[0] <= budget
+
+    if not fits(choice) and choice.trials_kept:
+        start = choice.trials_kept
+        while choice.trials_kept and not fits(choice):
+            choice = Choice(choice.trials_kept - 1, choice.truth, choice.calls)
+        shrunk.append(f"trials kept from the prepare to the judge {start} -> {choice.trials_kept} "
+                      "(the others made again at the judge, one at a time)")
+    if not fits(choice):
+        choice = Choice(choice.trials_kept, "host", choice.calls)
+        shrunk.append(f"float64 truth computed on the host and compared on the device {SMALL_COMPARE_SLICE} "
+                      "elements at a time, instead of whole on the device")
+    if not fits(choice) and choice.calls > 1:
+        start = choice.calls
+        while choice.calls > 1 and not fits(choice):
+            choice = Choice(choice.trials_kept, choice.truth, choice.calls - 1)
+        shrunk.append(f"calls per timed window {start} -> {choice.calls}")
+    need, phases = needs(fp, choice, budget, reserve)
+    ok = budget is None or need <= budget
+    figures = (f"needs {gib(need)} ({gib(max(v for k, v in phases.items() if k.startswith('trusted_')))} the trusted "
+               f"side, {gib(max(v for k, v in phases.items() if k.startswith('candidate_')))} the candidate, "
+               f"{gib(reserve)} reserve), has {gib(budget)}"
+               + (f" ({gib(free)} free of {gib(total)})" if free is not None else "")
+               + (f", capped at {gib(budget_setting)} by HARNESS_DEVICE_MEMORY_BUDGET_MB"
+                  if budget_setting is not None else ""))
+    if ok:
+        message = f"fits: {figures}" + (f"; shrunk: {'; '.join(shrunk)}" if shrunk else "")
+    else:
+        message = (f"too large for this device's memory: {figures}; already shrunk: "
+                   f"{'; '.join(shrunk) or 'nothing'}. One call's inputs are {gib(fp.inputs)}, its outputs "
+                   f"{gib(fp.outputs)}, the parameters {gib(fp.parameters)}: evaluate the problem at a smaller size "
+                   "or on a device with more memory")
+    return MemoryPlan(
+        fits=ok, message=message, budget_bytes=budget, free_bytes=free, total_bytes=total,
+        budget_setting_bytes=budget_setting, reserve_bytes=reserve, needs_bytes=need, phases_bytes=phases,
+        trials=fp.trials, trials_kept=choice.trials_kept, truth=choice.truth,
+        compare_slice=fp.compare_slice if choice.truth == "device" else SMALL_COMPARE_SLICE,
+        calls_per_window=choice.calls, calls_wanted=fp.calls_wanted, shrunk=shrunk,
+        input_bytes=fp.inputs, output_bytes=fp.outputs, parameter_bytes=fp.parameters,
+        truth_bytes=fp.outputs_f64, forward_work_bytes=fp.forward_work,
+    )

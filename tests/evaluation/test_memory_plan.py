@@ -1,0 +1,154 @@
+"""The memory plan (harness/evaluation/memory_plan.py): arithmetic only, no device. What fits, what is shrunk first,
+what is too large and the figures it says; and where level1/96 and level1/23's memory goes at their own sizes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness.evaluation import memory_plan as mp
+from harness.evaluation import windows
+
+GIB, MIB = 1 << 30, 1 << 20
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "kernelbench"
+
+
+def _footprint(inputs: list[tuple[int, str]], outputs: list[tuple[int, str]], work: int, trials: int = 6,
+               parameters: list[tuple[int, str]] | None = None, device: str = "cuda") -> mp.Footprint:
+    params = parameters or []
+    io = mp.tensor_bytes(inputs) + mp.tensor_bytes(outputs)
+    return mp.Footprint(inputs=mp.tensor_bytes(inputs), inputs_f64=mp.float64_bytes(inputs),
+                        outputs=mp.tensor_bytes(outputs), outputs_f64=mp.float64_bytes(outputs),
+                        parameters=mp.tensor_bytes(params), parameters_f64=mp.float64_bytes(params),
+                        forward_work=work, trials=trials, calls_wanted=windows.most_calls(io, device),
+                        keep_bytes=8 << 30, compare_slice=1 << 26, fingerprint_chunk=256 * MIB)
+
+
+# One call of 4 MiB in and out (KernelBench's ReLU at batch 256), its float64 copies twice that.
+RELU = _footprint([(1 << 20, "float32")], [(1 << 20, "float32")], work=4 * MIB, device="cpu")
+
+
+def test_a_problem_that_fits_keeps_everything_and_says_its_figures():
+    plan = mp.plan(RELU, free=80 * GIB, total=80 * GIB, budget_setting=None, reserve=2 * GIB)
+    assert plan.fits and plan.shrunk == []
+    assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (6, "device", 128)
+    assert plan.needs_bytes == mp.needs(RELU, mp.Choice(6, "device", 128), 80 * GIB, 2 * GIB)[0] <= 80 * GIB
+    assert plan.message.startswith("fits: needs ") and "has 80.00 GiB" in plan.message
+    # On the host with no budget set nothing bounds it: it fits, with its figures.
+    host = mp.plan(RELU, free=None, total=None, budget_setting=None, reserve=0)
+    assert host.fits and host.budget_bytes is None and host.needs_bytes > 0
+
+
+# An output four times its input (1 GiB a call, 2 GiB in float64): the trusted side's truth and comparison weigh most.
+WIDE = _footprint([(1 << 26, "float32")], [(1 << 28, "float32")], work=1 * GIB)
+
+
+def test_the_harness_shrinks_what_it_keeps_in_order_before_anything_else():
+    """Trials kept first (down to none), then the truth to the host, then calls per window: each step only where the
+    one before did not make it fit."""
+    def at(budget: int):
+        return mp.plan(WIDE, free=budget, total=80 * GIB, budget_setting=None, reserve=0)
+
+    assert (mp.plan(WIDE, free=80 * GIB, total=80 * GIB, budget_setting=None, reserve=0).trials_kept,
+            WIDE.calls_wanted) == (2, 3)  # 3 GiB a trial kept, within 8 GiB
+    full = mp.needs(WIDE, mp.Choice(2, "device", 3), None, 0)[0]
+    kept_1 = at(full - 1)  # one trial fewer is enough: nothing else shrinks
+    assert kept_1.fits and (kept_1.trials_kept, kept_1.truth, kept_1.calls_per_window) == (1, "device", 3)
+    assert kept_1.shrunk == ["trials kept from the prepare to the judge 2 -> 1 (the others made again at the judge, "
+                             "one at a time)"]
+    none_kept = mp.needs(WIDE, mp.Choice(0, "device", 3), None, 0)[0]
+    host = at(none_kept - 1)  # no trial kept is not enough: the truth moves to the host
+    assert host.fits and (host.trials_kept, host.truth, host.calls_per_window) == (0, "host", 3)
+    assert host.compare_slice == mp.SMALL_COMPARE_SLICE and len(host.shrunk) == 2
+    two = mp.needs(WIDE, mp.Choice(0, "host", 2), None, 0)[0]
+    calls = at(two)  # then calls per window, to the most that fit
+    assert calls.fits and (calls.trials_kept, calls.truth, calls.calls_per_window) == (0, "host", 2)
+    assert [s.split(" ")[0] for s in calls.shrunk] == ["trials", "float64", "calls"]
+    assert calls.shrunk[2] == "calls per timed window 3 -> 2"
+    assert calls.needs_bytes == two < none_kept < full
+
+
+def test_a_problem_too_large_says_what_it_needs_what_there_is_and_what_was_shrunk():
+    least = mp.needs(RELU, mp.Choice(0, "host", 1), None, 0)[0]
+    plan = mp.plan(RELU, free=80 * GIB, total=80 * GIB, budget_setting=least - MIB, reserve=0)
+    assert not plan.fits and plan.needs_bytes == least
+    assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (0, "host", 1)
+    assert plan.message.startswith(f"too large for this device's memory: needs {least / GIB:.2f} GiB")
+    assert f"has {(least - MIB) / GIB:.2f} GiB (80.00 GiB free of 80.00 GiB), capped at" in plan.message
+    assert "HARNESS_DEVICE_MEMORY_BUDGET_MB; already shrunk: trials kept" in plan.message
+    assert "calls per timed window 128 -> 1" in plan.message and "inputs are 0.00 GiB" in plan.message
+    # Exactly the least it needs: it fits.
+    assert mp.plan(RELU, free=80 * GIB, total=80 * GIB, budget_setting=least, reserve=0).fits
+
+
+def test_a_reference_and_one_candidate_copy_that_fit_are_evaluated():
+    """What the shrunk plan needs is the reference's call and the candidate's (its inputs, their copy, output and
+    snapshot), and the harness's comparison slice: nothing that grows with the trials or the windows."""
+    big = _footprint([(1 << 30, "float32")], [(1 << 30, "float32")], work=4 * GIB, trials=6)
+    least = mp.needs(big, mp.Choice(0, "host", 1), None, 0)[0]
+    reference = big.inputs + big.forward_work  # its output is in its working memory
+    candidate = 2 * big.inputs + big.forward_work + big.outputs
+    slack = 2 * big.outputs + mp.SMALL_COMPARE_SLICE * mp.COMPARE_BYTES_PER_ELEMENT  # the judge's, beside the call
+    assert least <= reference + slack + candidate
+    assert mp.plan(big, free=least, total=80 * GIB, budget_setting=None, reserve=0).fits
+
+
+def _constants(path: Path) -> dict[str, object]:
+    tree = ast.parse(path.read_text())
+    return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+# Free memory as parameters: an H100 80GB (79.6 GiB in all) and an H200 141GB (140.4 GiB), each with its two
+# processes' contexts made.
+H100 = (79 * GIB, int(79.6 * GIB))
+H200 = (139 * GIB, int(140.4 * GIB))
+
+
+def test_level1_96_huber_loss_at_its_own_size():
+    """KernelBench's level1/96 (smooth_l1_loss of two (32768, 32768) float32 tensors, its file's batch_size and
+    input_shape): 8 GiB of inputs a call, a 4-byte output. On an H200 the trusted side ran out of memory with 136.71
+    GiB in use: the prepare's calibration window made 20 calls' inputs at once (160 GiB). The plan holds it to the
+    calls a window may hold (one), and the evaluation fits both cards, truth on the device."""
+    n = 32768 * 32768
+    inputs, outputs = [(n, "float32"), (n, "float32")], [(1, "float32")]
+    # smooth_l1_loss with the mean reduction makes the unreduced loss (one tensor of an input's size) then its mean.
+    fp = _footprint(inputs, outputs, work=4 * n)
+    assert (fp.inputs, fp.inputs_f64, fp.outputs, fp.outputs_f64) == (8 * GIB, 16 * GIB, 4, 8)
+    assert fp.calls_wanted == 1  # a window holds 4 GiB of calls, at least one
+    before = mp.trusted_phases(fp, mp.Choice(6, "device", 20))["calibration"]
+    assert before == 160 * GIB > H200[0]
+    for free, total in (H100, H200):
+        plan = mp.plan(fp, free=free, total=total, budget_setting=None, reserve=2 * GIB)
+        assert plan.fits and plan.shrunk == [] and plan.calls_per_window == 1, plan.message
+        assert plan.trials_kept == 6 and plan.truth == "device"  # 12 bytes a trial
+        assert plan.phases_bytes["trusted_calibration"] == 8 * GIB
+        # The float64 truth's forward: the inputs in float64 (16 GiB) and its unreduced loss (8 GiB), beside the
+        # float32 inputs: the trusted side's peak.
+        assert plan.phases_bytes["trusted_prepare"] == 8 * GIB + 16 * GIB + 8 * GIB + 4 + 6 * 12
+        # The candidate's trial: a quarter of the free memory poisoned, or its inputs, their copy and the loss.
+        assert plan.phases_bytes["candidate_trials"] == max(min(32 * GIB, free // 4), 20 * GIB + 4)
+        assert plan.needs_bytes == plan.phases_bytes["trusted_prepare"] + plan.phases_bytes["candidate_trials"] + \
+            2 * GIB
+
+
+def test_level1_23_softmax_at_its_own_size():
+    """KernelBench's level1/23 (softmax over dim 1 of a (4096, 393216) float32 tensor): 6 GiB in and 6 GiB out a
+    call, 12 GiB each in float64. No trial's output and truth (18 GiB) fit the 8 GiB kept at most: each is made again
+    at the judge. It fits an H100 with the truth on the device, one call a window."""
+    constants = _constants(FIXTURES / "level1" / "23_Softmax.py")
+    n = int(constants["batch_size"]) * int(constants["dim"])  # type: ignore[call-overload]
+    fp = _footprint([(n, "float32")], [(n, "float32")], work=4 * n)  # softmax makes its output alone
+    assert (fp.inputs, fp.outputs, fp.inputs_f64, fp.outputs_f64) == (6 * GIB, 6 * GIB, 12 * GIB, 12 * GIB)
+    for free, total in (H100, H200):
+        plan = mp.plan(fp, free=free, total=total, budget_setting=None, reserve=2 * GIB)
+        assert plan.fits and plan.shrunk == [], plan.message
+        assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (0, "device", 1)
+        # The truth's forward beside the float32 input and output: 6 + 6 + 12 + 12 GiB.
+        assert plan.phases_bytes["trusted_prepare"] == plan.phases_bytes["trusted_judge"] == 36 * GIB
+        assert plan.phases_bytes["candidate_trials"] == 24 * GIB  # input, its copy, output, snapshot
+        assert plan.needs_bytes == 62 * GIB
+    # On a card with 48 GiB free the truth goes to the host: the trusted side then holds its float32 call alone
+    # (the input, the expected output, and the stochastic check's second output).
+    small = mp.plan(fp, free=48 * GIB, total=48 * GIB, budget_setting=None, reserve=2 * GIB)
+    assert small.fits and small.truth == "host" and small.needs_bytes == 18 * GIB + 24 * GIB + 2 * GIB
