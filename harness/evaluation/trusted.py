@@ -452,7 +452,7 @@ class Trusted:
         clock.lap("trials")
         if judged_ahead:
             clock.seconds["trivial_ahead"] = round(self.trivial_ahead_s, 4)
-        determinism, self.taken, self.first_output = self.determinism, {}, None
+        determinism = self.determinism
         trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
         if self.device.type == "cuda":  # the comparisons' float64 temporaries: the candidate's windows come next
             torch.cuda.empty_cache()
