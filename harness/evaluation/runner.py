@@ -453,7 +453,9 @@ class _Evaluation:
                 self.obs.outputs_changed.append(name)
             if f["inputs_mutated"]:
                 self.obs.inputs_mutated.append(f"{name}: input(s) {f['inputs_mutated']}")
-            # Taken before the candidate's next command: nothing it writes into the segment later is judged.
+            # Taken while it is paused (until its next command): what it writes into the segments after its reply,
+            # it writes over a copy already taken, or over the next trial's, which it packs anew.
+            self.candidate.pause()
             taken = self.trusted.call(TakeCommand(trial=i, layout=f.get("output"), atol=self.tolerance.atol,
                                                   rtol=self.tolerance.rtol).model_dump(mode="json"), "taken")
             self._trusted_seconds("take", taken)
@@ -692,6 +694,7 @@ class _Evaluation:
                                        self._limit(_WINDOW_FLOOR_S, calls, len(picks) * self.output_bytes),
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        self.candidate.pause()  # read by the trusted side as handed over, not as rewritten since
         said = reply.fields["layouts"]  # the candidate's: one per pick, or it reported fewer
         layouts = [said[k] if k < len(said) else None for k in range(len(picks))]
         # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
