@@ -166,6 +166,7 @@ def attach(spec: dict[str, Any], fd: int) -> Segment:
         from harness.evaluation import cuda_vmm
 
         seg._cuda = cuda_vmm.import_fd(fd, seg.nbytes, torch.cuda.current_device())
+        seg.fd = -1  # closed by the import: the mapping holds the allocation
     return seg
 
 
