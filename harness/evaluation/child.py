@@ -28,11 +28,8 @@ from typing import Any
 import torch
 import torch.utils.cpp_extension
 
-from harness.evaluation import launches, parameters, problem_module, timing, torchflags
+from harness.evaluation import exchange, launches, parameters, problem_module, timing, torchflags, windows
 from harness.evaluation.protocol import (
-    DETERMINISM_FILE,
-    INIT_ARGS_FILE,
-    PARAMETERS_FILE,
     REPLIES,
     CandidateCommand,
     CandidateRequest,
@@ -42,12 +39,9 @@ from harness.evaluation.protocol import (
     Handover,
     Import,
     LoadParameters,
-    RunTrials,
+    RunTrial,
     Trace,
     Window,
-    handover_file,
-    inputs_file,
-    output_file,
 )
 from harness.sandbox.stacks import DUMP_SIGNAL
 from harness.verdicts import Phase
@@ -207,6 +201,26 @@ class _Session:
         self.problem: Any = None
         self.flush: torch.Tensor | None = None
         self.kept: list[Any] = []
+        self.link: exchange.FdLink | None = None  # where the exchange's descriptors come from (the parent's relay)
+        self.segments: dict[str, exchange.Segment] = {}
+
+    def attach(self, cmd: CandidateCommand) -> None:
+        """The segments the command names, their descriptors taken from the fd socket (sent just before it)."""
+        if not cmd.segments:
+            return
+        assert self.link is not None, "segments named, but no fd socket"
+        for spec, fd in zip(cmd.segments, self.link.receive(len(cmd.segments)), strict=True):
+            self.segments[spec["name"]] = exchange.attach(spec, fd)
+
+    def _pack(self, out: Any, seg: exchange.Segment, base: int = 0) -> dict[str, Any]:
+        """An output into `seg` from `base` (a description where it is no plain tensor or sequence of them), its
+        copy done on the device before the reply."""
+        saved = _saveable(out)
+        if isinstance(saved, str):
+            return {"kind": "other", "description": saved}
+        layout = exchange.pack(saved, seg, base, in_place=True)
+        problem_module.synchronize(self.device)
+        return layout
 
     def check_flags(self, when: str) -> None:
         now = torchflags.snapshot()
@@ -219,7 +233,7 @@ class _Session:
         if not isinstance(model_cls, type):
             self.chan.send("invalid", nonce=cmd.nonce, message="the module defines no class ModelNew after import")
             return None
-        init_args = torch.load(self.req.exchange_dir / INIT_ARGS_FILE, weights_only=True)["init_args"]
+        init_args = list(exchange.unpack(cmd.init_args, self.segments.get("init_args"), torch.device("cpu")))
         try:
             inspect.signature(model_cls).bind(*init_args)
         except TypeError as e:
@@ -238,38 +252,32 @@ class _Session:
 
     def parameters(self, cmd: LoadParameters) -> dict[str, Any]:
         assert self.model is not None
-        reference = torch.load(self.req.exchange_dir / PARAMETERS_FILE, weights_only=True, mmap=True)  # read as copied
+        reference = exchange.unpack(cmd.state_dict, self.segments.get("parameters"), torch.device("cpu"))
         # At the evaluation's precision before the copy, as the reference was (KernelBench casts ModelNew the same way):
         # its tensors then have the reference's dtypes, which matching requires.
         self.model = self.model.to(problem_module.dtype_of(self.req.problem.precision))
-        state = copy_matching_state(self.model, reference["state_dict"])
+        state = copy_matching_state(self.model, reference)
         self.model = self.model.to(self.device)
         self.check_flags("construct")
         self.problem = problem_module.load_problem(self.req.problem)
         self.flush = timing.l2_flush_buffer(self.device)
         return {"state_dict": state, "flag_changes": self.flag_changes}
 
-    def trials(self, cmd: RunTrials) -> dict[str, Any]:
+    def trial(self, cmd: RunTrial) -> dict[str, Any]:
+        """One trial: its inputs as the trusted side staged them (trial None: trial 0's again, a racy read shows as a
+        difference), the call watched, the output packed into the output segment."""
         assert self.model is not None
-        out_dir = self.req.outputs_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
-        changed: list[int | None] = []
-        mutated: list[tuple[int | None, list[int]]] = []
         with torch.no_grad():
-            for i in [*range(cmd.trials), None]:  # then trial 0's inputs again: a racy read shows as a difference
-                # Mapped, not read: the copy to the device is the one copy (32 MB: 25 ms read, 8 ms mapped and copied).
-                inputs = problem_module.to_device(
-                    torch.load(self.req.exchange_dir / inputs_file(i or 0), weights_only=True, mmap=True), self.device)
-                out, out_changed, inputs_changed = checked_call(self.model, inputs, self.device,
-                                                                cmd.forward_seeds[i or 0])
-                if out_changed:
-                    changed.append(i)
-                if inputs_changed:
-                    mutated.append((i, inputs_changed))
-                torch.save(_saveable(out), out_dir / (output_file(i) if i is not None else DETERMINISM_FILE))
-                del out
+            # Mapped copy-on-write on the host (no copy); on the device cloned off the segment, the process's own.
+            inputs = exchange.unpack(cmd.inputs, self.segments["inputs"], self.device)
+            if self.device.type == "cuda":
+                inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            out, changed, mutated = checked_call(self.model, inputs, self.device, cmd.forward_seed)
+            layout = self._pack(out, self.segments["output"])
+            del out
         self.check_flags("run")
-        return {"outputs_changed": changed, "inputs_mutated": mutated, "flag_changes": self.flag_changes}
+        return {"output": layout, "output_changed": changed, "inputs_mutated": mutated,
+                "flag_changes": self.flag_changes}
 
     def window(self, cmd: Window) -> dict[str, Any]:
         assert self.model is not None
@@ -291,9 +299,9 @@ class _Session:
         return {"sums": timing.fingerprints(self.kept, cmd.key, self.device)}
 
     def handover(self, cmd: Handover) -> dict[str, Any]:
-        for j in cmd.picks:
-            torch.save(_saveable(self.kept[j]), self.req.outputs_dir / handover_file(cmd.window, j))
-        return {}
+        seg = self.segments["handover"]
+        slot = seg.nbytes // windows.PICKS_PER_WINDOW
+        return {"layouts": [self._pack(self.kept[j], seg, k * slot) for k, j in enumerate(cmd.picks)]}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:
         """After the timed rounds: CUPTI let go, and the handles of the kernels the submission defined."""
@@ -305,11 +313,11 @@ class _Session:
 
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
-                                                "trials": RunTrials, "window": Window, "fingerprint": Fingerprint,
+                                                "trial": RunTrial, "window": Window, "fingerprint": Fingerprint,
                                                 "handover": Handover, "trace": Trace}
 
 
-def run(req: CandidateRequest, chan: Channel) -> None:
+def run(req: CandidateRequest, chan: Channel, link: exchange.FdLink | None = None) -> None:
     """Wait for the parent's `Import`, import the submission, say so, then answer the parent's commands until it says
     exit (or stdin ends)."""
     phase = Phase.compile
@@ -324,6 +332,7 @@ def run(req: CandidateRequest, chan: Channel) -> None:
         flags = torchflags.snapshot()
         module = import_submission(req.submission_path)
         session = _Session(req, chan, module, flags, traced)
+        session.link = link
         session.check_flags("import")
         seconds = time.perf_counter() - t0
         if session.device.type == "cuda":  # the context now, while the trusted side writes the parameters: the
@@ -335,7 +344,8 @@ def run(req: CandidateRequest, chan: Channel) -> None:
             raw = json.loads(line)
             cmd = _COMMANDS[raw["cmd"]].model_validate(raw)
             phase = {"construct": Phase.compile, "parameters": Phase.compile,
-                     "trials": Phase.correctness}.get(cmd.cmd, Phase.timing)
+                     "trial": Phase.correctness}.get(cmd.cmd, Phase.timing)
+            session.attach(cmd)
             reply = getattr(session, cmd.cmd)(cmd)
             if reply is None:
                 return
@@ -359,6 +369,7 @@ def compile_only(path: Path, chan: Channel) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--fd-socket", type=int, help="where the exchange's descriptors come from")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--request", type=Path, help="evaluate: a CandidateRequest JSON file")
     mode.add_argument("--compile-only", type=Path, metavar="SUBMISSION",
@@ -371,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.compile_only is not None:
         compile_only(args.compile_only, chan)
     else:
-        run(CandidateRequest.model_validate_json(args.request.read_text()), chan)
+        link = exchange.FdLink(args.fd_socket) if args.fd_socket is not None else None
+        run(CandidateRequest.model_validate_json(args.request.read_text()), chan, link)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: atexit hooks and finalizers of submission code decide nothing.

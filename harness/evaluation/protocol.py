@@ -1,4 +1,8 @@
-"""What the parent and its two kinds of child say to each other, and the files they exchange. No torch here.
+"""What the parent and its two kinds of child say to each other. No torch here.
+
+Trial data (init arguments, parameters, inputs, outputs) goes through shared memory (exchange.py): the trusted side
+makes the segments and sends their descriptors to the parent, which relays them to the candidate
+(`CandidateCommand.segments`); where the data lies in them, its layout, travels in these messages.
 
 Commands go to a child as JSON lines on its stdin; children answer with JSON lines on a pipe the parent
 made (`Channel`). The candidate's process is driven command by command: every command carries a fresh
@@ -19,25 +23,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.schema import Precision, StateDictCopy
-
-# The exchange: the trusted side writes the Model's init arguments, then the reference's parameters, then the trials'
-# inputs into the exchange dir (the candidate reads them); the candidate writes its outputs into its own outputs dir
-# (the trusted side reads them).
-INIT_ARGS_FILE = "init_args.pt"
-PARAMETERS_FILE = "parameters.pt"
-DETERMINISM_FILE = "det.pt"
-
-
-def inputs_file(trial: int) -> str:
-    return f"inputs_{trial}.pt"
-
-
-def output_file(trial: int) -> str:
-    return f"out_{trial}.pt"
-
-
-def handover_file(window: int, call: int) -> str:
-    return f"handover_{window}_{call}.pt"
 
 
 class ProblemLoad(BaseModel):
@@ -62,7 +47,6 @@ class PrepareCommand(BaseModel):
     extra_distribution: bool = True  # one more trial on randn*2+0.5 inputs (see problem_module)
     fresh_parameters: bool = True  # the reference's tensors drawn anew (see parameters)
     fixed_parameters: list[str] = []  # ... but these
-    exchange_dir: Path
     # The judge's tolerance, where known: the outputs that compute nothing are judged ahead under it
     # (Trusted.trivial_ahead).
     atol: float | None = None
@@ -72,9 +56,29 @@ class PrepareCommand(BaseModel):
     memory_reserve: int = 0
 
 
+class StageCommand(BaseModel):
+    """Write trial `trial`'s inputs into the inputs segment (over the last trial's); the reply's `layout` says where."""
+
+    cmd: Literal["stage"] = "stage"
+    trial: int
+
+
+class TakeCommand(BaseModel):
+    """Copy the candidate's output of trial `trial` (None: the determinism re-run, on trial 0's inputs) out of the
+    output segment, as its `layout` (the candidate's, hostile) says, and judge it under the tolerance."""
+
+    cmd: Literal["take"] = "take"
+    trial: int | None
+    layout: Any = None
+    atol: float
+    rtol: float
+
+
 class JudgeCommand(BaseModel):
+    """The trials taken, judged: their figures, the determinism re-run's, and how the outputs that compute nothing
+    compare."""
+
     cmd: Literal["judge"] = "judge"
-    outputs_dir: Path
     atol: float
     rtol: float
 
@@ -107,7 +111,7 @@ class CheckHandoverCommand(BaseModel):
     once the candidate's timed windows are over."""
 
     cmd: Literal["check_handover"] = "check_handover"
-    files: list[Path]
+    layouts: list[Any]  # the candidate's, one per pick, each in its slot of the hand-over segment
     seeds: list[int]
     forward_seeds: list[int]
     atol: float
@@ -132,8 +136,6 @@ class CandidateRequest(BaseModel):
     submission_path: Path
     problem: ProblemLoad
     device: Literal["cpu", "cuda"]
-    exchange_dir: Path  # INIT_ARGS_FILE, PARAMETERS_FILE and inputs_file(i), from the trusted side
-    outputs_dir: Path
     # Subscribe CUPTI before the import, for the kernel trace of a timed window (a CUDA source that can launch a
     # kernel of its own, unless the options say no trace): others never hold a subscription.
     kernel_trace: bool = False
@@ -146,6 +148,9 @@ def nonce() -> str:
 class CandidateCommand(BaseModel):
     cmd: str
     nonce: str = Field(default_factory=nonce)
+    # Segments whose descriptors the parent passed on the fd socket just before this command (exchange.Segment.spec:
+    # name, nbytes, device, writable), in the order sent: the process takes them before it runs the command.
+    segments: list[dict[str, Any]] = []
 
 
 class Import(CandidateCommand):
@@ -156,26 +161,31 @@ class Import(CandidateCommand):
 
 
 class Construct(CandidateCommand):
-    """After 'imported', once INIT_ARGS_FILE is written: construct ModelNew from it under `param_seed` (the reference
-    Model's, KernelBench's rule), while the trusted side writes the reference's parameters."""
+    """After 'imported', once the init arguments are made: construct ModelNew from them (`init_args`, a layout in the
+    'init_args' segment) under `param_seed` (the reference Model's, KernelBench's rule), while the trusted side
+    writes the reference's parameters."""
 
     cmd: Literal["construct"] = "construct"
     param_seed: int
+    init_args: dict[str, Any]
 
 
 class LoadParameters(CandidateCommand):
-    """After 'constructed', once PARAMETERS_FILE is written: copy the reference's tensors into the model (by name,
-    then by shape: parameters.match) and move it to the device."""
+    """After 'constructed', once the reference's parameters are written (`state_dict`, a layout in the 'parameters'
+    segment): copy them into the model (by name, then by shape: parameters.match) and move it to the device."""
 
     cmd: Literal["parameters"] = "parameters"
+    state_dict: dict[str, Any]
 
 
-class RunTrials(CandidateCommand):
-    """Run forward on each trial's inputs (then trial 0's again), saving the outputs for the judge."""
+class RunTrial(CandidateCommand):
+    """Run forward on one trial's inputs (`inputs`, a layout in the 'inputs' segment), packing the output into the
+    'output' segment for the judge. Trial None is the determinism re-run, on trial 0's inputs."""
 
-    cmd: Literal["trials"] = "trials"
-    trials: int
-    forward_seeds: list[int]  # one per trial (the determinism re-run reuses trial 0's), from the trusted side
+    cmd: Literal["trial"] = "trial"
+    trial: int | None
+    forward_seed: int  # the trial's (the determinism re-run reuses trial 0's), from the trusted side
+    inputs: dict[str, Any]
 
 
 class Window(CandidateCommand):
@@ -199,7 +209,7 @@ class Fingerprint(CandidateCommand):
 
 
 class Handover(CandidateCommand):
-    """Save the outputs of the last window's calls `picks`, as kept, to handover_file(window, call)."""
+    """Pack the outputs of the last window's calls `picks`, as kept, one to a slot of the 'handover' segment."""
 
     cmd: Literal["handover"] = "handover"
     window: int
@@ -214,7 +224,7 @@ class Trace(CandidateCommand):
     cmd: Literal["trace"] = "trace"
 
 
-REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trials": "trials_done",
+REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trial": "trial_done",
            "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced"}
 
 
@@ -228,9 +238,14 @@ class ParametersReply(_Reply):
     state_dict: StateDictCopy | None = None
 
 
-class TrialsReply(_Reply):
-    outputs_changed: list[int | None]
-    inputs_mutated: list[tuple[int | None, list[int]]]
+class TrialReply(_Reply):
+    output: Any = None  # the output's layout: hostile data, read by the trusted side alone
+    output_changed: bool
+    inputs_mutated: list[int]
+
+
+class HandedOverReply(_Reply):
+    layouts: list[Any]
 
 
 class FingerprintedReply(_Reply):
@@ -251,7 +266,8 @@ class LaunchedMessage(_Reply):
     error: str | None = None
 
 
-REPLY_MODELS: dict[str, type[_Reply]] = {"parameters_loaded": ParametersReply, "trials_done": TrialsReply,
+REPLY_MODELS: dict[str, type[_Reply]] = {"parameters_loaded": ParametersReply, "trial_done": TrialReply,
+                                         "handed_over": HandedOverReply,
                                          "fingerprinted": FingerprintedReply, "traced": TracedReply}
 
 

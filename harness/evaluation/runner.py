@@ -49,10 +49,11 @@ from harness.evaluation.protocol import (
     PrepareCommand,
     ProblemLoad,
     ReferenceWindowCommand,
-    RunTrials,
+    RunTrial,
+    StageCommand,
+    TakeCommand,
     Trace,
     Window,
-    handover_file,
 )
 from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant, with_small
 from harness.evaluation.warm import SpareCandidate, TrustedPool, WarmTrusted
@@ -261,6 +262,8 @@ class _Evaluation:
         self.judging_handovers = False  # the trusted side is comparing them (`handovers_judged` collects it)
         self.distributions: list[str] = []
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
+        self.init_args: tuple[dict[str, Any], list[dict[str, Any]]] = ({}, [])  # layout, segments: for Construct
+        self.trial_segments: list[dict[str, Any]] = []  # named by the first trial's command
 
     @contextlib.contextmanager
     def open(self, work: Path):
@@ -333,7 +336,7 @@ class _Evaluation:
             log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
             proc = ChildProcess("harness.evaluation.trusted", [], cwd=home, env=scrubbed_env(extra, home),
                                 log_path=log_path, kill_grace_s=self.settings.kill_grace_s,
-                                jail=limits.jail(self.settings, untrusted=False))
+                                jail=limits.jail(self.settings, untrusted=False), fd_socket=True)
             self.trusted = Trusted(proc, self.settings.reference_timeout_s)
             if pool is not None:
                 pool.started += 1
@@ -367,7 +370,7 @@ class _Evaluation:
         self.trusted.send(PrepareCommand(
             problem=self._load(self.size), device=device, param_seed=self.param_seed, draw_seed=self.draw_seed,
             input_seed=self.input_seed,
-            trials=self.trials, extra_distribution=self.spec.extra_distribution, exchange_dir=self.exchange,
+            trials=self.trials, extra_distribution=self.spec.extra_distribution,
             fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
             atol=self.tolerance.atol, rtol=self.tolerance.rtol,
             memory_budget=(self.settings.device_memory_budget_mb << 20) or None,
@@ -376,7 +379,9 @@ class _Evaluation:
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
         self.preparing = True
-        self.init_arg_count = int(self.trusted.wait("init_args_written", final=False).fields["init_arg_count"])
+        written = self.trusted.wait("init_args_written", final=False).fields
+        self.init_arg_count = int(written["init_arg_count"])
+        self.init_args = written["init_args"], self._relay(written)
         self.phases.end("reference_init")
 
     def prepared(self) -> dict[str, Any]:
@@ -395,17 +400,7 @@ class _Evaluation:
             if self.obs.state_dict is not None else None
         self.distributions = list(prepared.get("distributions") or ["get_inputs"] * self.trials)
         self.obs.trials_expected = len(self.distributions)
-        # What the harness asks the candidate to keep on disk is never its excess: every trial's output, the
-        # determinism re-run's and one hand-over's picks (judged files are removed once judged).
-        kept = len(prepared["distributions"]) + 1 + windows.PICKS_PER_WINDOW
-        self.candidate.proc.allow_disk(int(1.1 * kept * prepared["output_bytes"]))
-        largest = self.settings.child_file_mb << 20
-        if largest and prepared["output_bytes"] + (64 << 20) > largest:
-            # The candidate could not save one output: its write would fail and read as the submission's fault.
-            raise TrustedFailed(
-                f"at this size one output is {prepared['output_bytes'] / 2**30:.2f} GiB, more than the largest file "
-                f"a candidate may write ({self.settings.child_file_mb} MiB, HARNESS_CHILD_FILE_MB): raise it, or "
-                "evaluate the problem at a smaller size")
+        self.trial_segments = self._relay(prepared)  # the inputs, output and hand-over segments: the first trial's
         self.phases.end("reference_prepare")
         return prepared
 
@@ -445,36 +440,51 @@ class _Evaluation:
         """The candidate constructs its model while the trusted side draws the reference's parameters and writes them;
         then it takes them."""
         assert self.candidate is not None and self.trusted is not None
-        self.candidate.request(Construct(param_seed=self.param_seed), self.run_limit, Phase.compile)
+        layout, segments = self.init_args
+        self.candidate.request(Construct(param_seed=self.param_seed, init_args=layout, segments=segments),
+                               self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
         self.phases.end("candidate_construct")
         if self.options.built is not None:
             self.options.built()
-        self.trusted.wait("parameters_written", final=False)
+        written = self.trusted.wait("parameters_written", final=False).fields
+        segments = self._relay(written)
         self.phases.end("reference_parameters")
-        reply = self.candidate.request(LoadParameters(), self.run_limit, Phase.compile)
+        reply = self.candidate.request(LoadParameters(state_dict=written["state_dict"], segments=segments),
+                                       self.run_limit, Phase.compile)
         self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
         self.phases.end("candidate_parameters")
 
     def run_trials(self) -> None:
-        assert self.candidate is not None
-        reply = self.candidate.request(RunTrials(trials=self.obs.trials_expected, forward_seeds=self.forward_seeds),
-                                       self._limit(_CORRECTNESS_FLOOR_S, self.obs.trials_expected + 1,
-                                                   (self.obs.trials_expected + 1) * self.output_bytes),
-                                       Phase.correctness)
-        f = reply.fields
-        self.obs.outputs_changed = ["determinism re-run" if t is None else f"trial {t}" for t in f["outputs_changed"]]
-        self.obs.inputs_mutated = [f"{'determinism re-run' if t is None else f'trial {t}'}: input(s) {which}"
-                                   for t, which in f["inputs_mutated"]]
+        """One trial at a time (then trial 0's inputs again): the trusted side stages its inputs, the candidate runs
+        it and packs its output, the trusted side copies that out and judges it. The exchange holds one trial."""
+        assert self.candidate is not None and self.trusted is not None
+        self.obs.outputs_changed, self.obs.inputs_mutated = [], []
+        for i in [*range(self.obs.trials_expected), None]:
+            staged = self.trusted.call(StageCommand(trial=i or 0).model_dump(mode="json"), "staged")
+            segments, self.trial_segments = self.trial_segments, []
+            f = self.candidate.request(RunTrial(trial=i, forward_seed=self.forward_seeds[i or 0],
+                                                inputs=staged["layout"], segments=segments),
+                                       self._limit(_CORRECTNESS_FLOOR_S, 1), Phase.correctness).fields
+            name = "determinism re-run" if i is None else f"trial {i}"
+            if f["output_changed"]:
+                self.obs.outputs_changed.append(name)
+            if f["inputs_mutated"]:
+                self.obs.inputs_mutated.append(f"{name}: input(s) {f['inputs_mutated']}")
+            # Taken while it is paused (until its next command): what it writes into the segments after its reply,
+            # it writes over a copy already taken, or over the next trial's, which it packs anew.
+            self.candidate.pause()
+            taken = self.trusted.call(TakeCommand(trial=i, layout=f.get("output"), atol=self.tolerance.atol,
+                                                  rtol=self.tolerance.rtol).model_dump(mode="json"), "taken")
+            self._trusted_seconds("take", taken)
         self.phases.end("candidate_trials")
 
     def judge(self) -> bool:
         """The trusted side judges the saved outputs. True when the candidate has earned its timing."""
         assert self.trusted is not None and self.candidate is not None
-        judged = self.trusted.call(JudgeCommand(outputs_dir=self.cand_home / "outputs", atol=self.tolerance.atol,
-                                                rtol=self.tolerance.rtol).model_dump(mode="json"), "judged")
+        judged = self.trusted.call(JudgeCommand(atol=self.tolerance.atol, rtol=self.tolerance.rtol
+                                                ).model_dump(mode="json"), "judged")
         self._trusted_seconds("judge", judged)
-        artifacts.remove_files(self.cand_home / "outputs")  # judged: at a problem's own size, gigabytes
         self.phases.end("judge")
         self.obs.trials = [TrialFigures.model_validate({**t, "inputs": self.distributions[t["trial"]]})
                            for t in judged["trials"]]
@@ -703,17 +713,18 @@ class _Evaluation:
                                        self._limit(_WINDOW_FLOOR_S, calls, len(picks) * self.output_bytes),
                                        Phase.timing)
         check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        files = [self.cand_home / "outputs" / handover_file(window, j) for j in picks]
+        self.candidate.pause()  # read by the trusted side as handed over, not as rewritten since
+        said = reply.fields["layouts"]  # the candidate's: one per pick, or it reported fewer
+        layouts = [said[k] if k < len(said) else None for k in range(len(picks))]
         # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
         # kept for that stay within HANDOVER_BYTES; else compared now.
         defer = (len(self._deferred) + len(picks)) * self.output_bytes <= windows.HANDOVER_BYTES
         checked = self.trusted.call(CheckHandoverCommand(
-            files=files, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
+            layouts=layouts, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
             atol=self.tolerance.atol, rtol=self.tolerance.rtol, defer=defer).model_dump(mode="json"),
             "handover_checked")
         self._trusted_seconds("handover", checked)
-        check.reported += sum(os.path.lexists(path) for path in files)  # never raises, whatever the candidate made
-        artifacts.remove_files(self.cand_home / "outputs")
+        check.reported += sum(layout is not None for layout in layouts)
         numbers = [window * calls + j for j in picks]
         if defer:
             self._deferred += numbers
@@ -766,6 +777,22 @@ class _Evaluation:
         self.phases.end("candidate_exit")
 
     # --- helpers -------------------------------------------------------------------------------------------
+
+    def _relay(self, fields: dict[str, Any]) -> list[dict[str, Any]]:
+        """The exchange's segments a trusted message names (`segments`): their descriptors, sent by the trusted side
+        just before it, passed on to the candidate's process, which takes them with the command that names them (the
+        specs returned). Nothing is kept here: the parent never maps trial data."""
+        assert self.trusted is not None and self.candidate is not None
+        specs = list(fields.get("segments") or [])
+        fds = self.trusted.proc.receive_fds(len(specs))
+        try:
+            self.candidate.proc.send_fds(fds)
+        except ChildExited:
+            pass  # its end is gone: the command that names them says how it ended
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return specs
 
     def _trusted_seconds(self, command: str, reply: dict[str, Any]) -> None:
         """Add a trusted reply's own step timings to `obs.trusted_seconds` (diagnostics)."""
@@ -1026,7 +1053,6 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
-                               exchange_dir=exchange, outputs_dir=home / "outputs",
                                kernel_trace=traces_kernels(target.device, source, options))
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
@@ -1040,7 +1066,7 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
                             kill_grace_s=settings.kill_grace_s,
                             jail=limits.jail(settings, untrusted=True, writable=[home, builds],
-                                             readable=[exchange], visible=[spec.source_path]))
+                                             readable=[exchange], visible=[spec.source_path]), fd_socket=True)
     except BaseException:
         build_lock.close()
         raise

@@ -16,13 +16,11 @@ import json
 import os
 import platform
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,6 +28,7 @@ import torch
 import harness
 from harness.evaluation import (
     compare,
+    exchange,
     memory_plan,
     parameters,
     problem_module,
@@ -39,9 +38,6 @@ from harness.evaluation import (
     windows,
 )
 from harness.evaluation.protocol import (
-    DETERMINISM_FILE,
-    INIT_ARGS_FILE,
-    PARAMETERS_FILE,
     Channel,
     CheckHandoverCommand,
     FingerprintCommand,
@@ -49,12 +45,13 @@ from harness.evaluation.protocol import (
     JudgeHandoversCommand,
     PrepareCommand,
     ReferenceWindowCommand,
-    inputs_file,
-    output_file,
+    StageCommand,
+    TakeCommand,
 )
 from harness.schema import MemoryPlan
 
-Judging = JudgeCommand | CheckHandoverCommand | JudgeHandoversCommand  # the commands that carry a tolerance
+# the commands that carry a tolerance
+Judging = JudgeCommand | CheckHandoverCommand | JudgeHandoversCommand | TakeCommand
 
 
 def _driver_version() -> str | None:
@@ -144,7 +141,7 @@ TRIVIAL_AHEAD_BYTES = 64 << 20
 
 
 class ExchangeSpace(RuntimeError):
-    """The exchange dir's filesystem cannot hold an evaluation at this size: the host's limit, not the submission's."""
+    """The memory the exchange needs at this size is not there: the host's limit, not the submission's."""
 
 
 def _described(values: list[Any]) -> list[tuple[int, str]]:
@@ -164,20 +161,29 @@ def _tensor_bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
-def check_exchange_space(exchange_dir: Path, trials: int, input_bytes: int, output_bytes: int) -> None:
-    """Fail before the disk fills: the trials' input files and the candidate's output files (written each once,
-    kept until the judge) must fit on the exchange dir's filesystem, with a tenth to spare. Otherwise a full disk
-    halfway through would surface as a torch.save error with nothing to say why (KernelBench's level1 files at their
-    own size: 7 trials of 6.4 GB inputs and outputs, 90 GB, on a 64 GB disk)."""
-    need = trials * (input_bytes + output_bytes)
-    free = shutil.disk_usage(exchange_dir).free
-    if need * 1.1 > free:
+def available_bytes(device: torch.device) -> int:
+    """The memory an evaluation's exchange can take on `device`: the GPU's free memory, or the host's available
+    memory (memfds are the host's memory, not a filesystem's)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 62
+
+
+def check_exchange_memory(trial: exchange.TrialBytes, available: int, device: str) -> None:
+    """Fail before the first segment is made: what one trial holds at once (exchange.trial_bytes: the shared
+    segments, the trusted side's copies, the candidate's) must fit the device's available memory with a tenth to
+    spare, else an allocation fails halfway and reads as the submission's fault."""
+    need = trial.shared + trial.trusted + trial.candidate
+    if need * 1.1 > available:
         raise ExchangeSpace(
-            f"at this size an evaluation writes {need / 2**30:.1f} GiB of trial inputs and outputs "
-            f"({trials} trials of {input_bytes / 2**30:.2f} GiB in, {output_bytes / 2**30:.2f} GiB out) to "
-            f"{exchange_dir.parent}, whose filesystem has {free / 2**30:.1f} GiB free: evaluate the problem at a "
-            f"smaller size (a size variant, or `harness selfcheck --sizes reduced`), or give the scratch dir "
-            f"(HARNESS_SCRATCH_DIR) more room")
+            f"at this size one trial holds {need / 2**30:.2f} GiB in the exchange ({trial.shared / 2**30:.2f} GiB "
+            f"shared, {trial.trusted / 2**30:.2f} GiB the trusted side's, {trial.candidate / 2**30:.2f} GiB the "
+            f"candidate's), and the {device} has {available / 2**30:.1f} GiB available: evaluate the problem at a "
+            "smaller size (a size variant, or `harness selfcheck --sizes reduced`)")
 
 
 class Trusted:
@@ -192,7 +198,6 @@ class Trusted:
         self.module: Any = None
         self.distributions: list[str] = []
         self.flush: torch.Tensor | None = None
-        self.max_output_file = 64 << 20
         self.init_args: list[Any] = []
         self.initial_state: dict[str, torch.Tensor] | None = None
         self._built: tuple[str, str, int] | None = None
@@ -204,13 +209,21 @@ class Trusted:
         # Work a command leaves for after its reply (main() runs it before reading the next command).
         self.after_reply: Any = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
-        # Hand-overs read with `defer` (their bytes, or why there are none; seed; forward seed), until judged.
-        self.handed_over: list[tuple[bytes | dict[str, Any], int, int]] = []
-        # How a command says something on the way to its reply (main() sets the channel's).
+        # Hand-overs read with `defer` (a copy of each, or why there is none; seed; forward seed), until judged.
+        self.handed_over: list[tuple[Any, int, int]] = []
+        # How a command says something on the way to its reply (main() sets the channel's); how descriptors go to
+        # the parent, before the message that names them (main() sets the fd socket's; in process, nowhere).
         self.notify: Any = lambda event, **fields: None
         # The evaluation's memory plan (`_memory_plan`), made on the prepare's first trial.
         self.plan: MemoryPlan | None = None
         self.stochastic = False  # the reference draws random numbers in forward (found on the first trial)
+        self.send_fds: Any = lambda fds: None
+        # The exchange's segments of this evaluation (exchange.py), by name, until `release`.
+        self.segments: dict[str, exchange.Segment] = {}
+        self.taken: dict[int, dict[str, Any]] = {}  # the trials' figures, as each output was taken and judged
+        self.first_output: Any = None  # trial 0's output (a copy), until the determinism re-run's is taken
+        self.determinism: dict[str, Any] | None = None
+        self.output_count = 1  # tensors in the reference's output, once prepared
 
     def _build(self, cmd: PrepareCommand) -> None:
         """The problem's module and its reference Model on the device, built once per process: a warm trusted
@@ -241,9 +254,31 @@ class Trusted:
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
         self.window_outputs, self.handed_over, self.plan, self.stochastic = [], [], None, False
+        self.taken, self.first_output, self.determinism = {}, None, None
+        for seg in self.segments.values():
+            seg.close()
+        self.segments = {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {}
+
+    def _share(self, segments: dict[str, exchange.Segment]) -> list[dict[str, Any]]:
+        """Keep `segments` to this evaluation's end and send their descriptors to the parent (for the candidate);
+        their specs, for the message that names them."""
+        self.segments.update(segments)
+        fds = [seg.shared_fd() for seg in segments.values()]
+        try:
+            self.send_fds(fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return [seg.spec(name) for name, seg in segments.items()]
+
+    def _packed(self, name: str, obj: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """`obj` packed into a segment of its own, shared: its layout and the segment's spec."""
+        seg = exchange.create(exchange.packed_bytes(obj), "cpu", writable=False)
+        layout = exchange.pack(obj, seg)
+        return layout, self._share({name: seg})
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.release()
@@ -252,19 +287,19 @@ class Trusted:
         clock.lap("build")
         assert self.model is not None
         init_args, model = self.init_args, self.model
-        cmd.exchange_dir.mkdir(parents=True, exist_ok=True)
-        torch.save({"init_args": init_args}, cmd.exchange_dir / INIT_ARGS_FILE)
+        layout, specs = self._packed("init_args", list(init_args))
         # The candidate can construct its model now (on the host, most of its time), beside the parameters drawn next.
-        self.notify("init_args_written", init_arg_count=len(init_args))
+        self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs)
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
         clock.lap("draw")
         # A tensor of its own each (not a view into a shared storage): copied once, to the CPU, or cloned there.
         state = {k: v.detach().cpu() if v.is_cuda else v.detach().clone() for k, v in model.state_dict().items()}
-        torch.save({"state_dict": state}, cmd.exchange_dir / PARAMETERS_FILE)
-        # The candidate can take them now, beside the trials' inputs and outputs made next.
-        self.notify("parameters_written")
+        layout, specs = self._packed("parameters", state)
+        del state
+        # The candidate can take them now, beside the trials' expected outputs made next.
+        self.notify("parameters_written", state_dict=layout, segments=specs)
         model64: torch.nn.Module | None = None  # made once the plan says where the truth is computed
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials
@@ -278,10 +313,11 @@ class Trusted:
         stochastic = False
         self._trial_seeds = (cmd.input_seed, forward_seeds)
         output_bytes, output_shapes = 0, []
+        input_room, output_room = 0, 0  # the segments' sizes: the largest trial's packed inputs and output
         with torch.no_grad():
             for i in range(len(distributions)):
                 on_device = self._trial_inputs(i)
-                inputs = problem_module.to_device(on_device, torch.device("cpu"))  # as made: saved for the candidate
+                input_room = max(input_room, exchange.packed_bytes(on_device))
                 problem_module.synchronize(self.device)
                 base = _allocated(self.device)
                 t0 = time.perf_counter()
@@ -299,12 +335,14 @@ class Trusted:
                     # The same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
                     stochastic = self.stochastic = not _same_outputs(self.model(*on_device), expected)
-                    # Before the first file is written: on a full disk torch.save fails with a riddle.
-                    check_exchange_space(cmd.exchange_dir, len(distributions), _tensor_bytes(inputs),
-                                         _tensor_bytes(_as_list(expected) or []))
+                    # Before the first segment is made: an allocation that fails halfway says nothing of why.
+                    check_exchange_memory(self.trial_bytes(_tensor_bytes(_as_list(on_device) or []),
+                                                           _tensor_bytes(_as_list(expected) or [])),
+                                          available_bytes(self.device), self.device.type)
                     output_shapes = [list(o.shape) for o in _as_list(expected) or [] if isinstance(o, torch.Tensor)]
                     output_bytes = _tensor_bytes(_as_list(expected) or [])
-                torch.save(inputs, cmd.exchange_dir / inputs_file(i))
+                    self.output_count = len(_as_list(expected) or [])
+                output_room = max(output_room, exchange.packed_bytes(expected))
                 problem_module.manual_seed(forward_seeds[i], self.device)
                 truth = self._truth(model64, on_device)
                 # Kept to the judge as the plan allows (within KEEP_BYTES); past that (a KernelBench file at its own
@@ -320,7 +358,6 @@ class Trusted:
         first_inputs = problem_module.seeded_inputs(self.module, 0, self.device)
         input_bytes = sum(t.numel() * t.element_size() for t in first_inputs if isinstance(t, torch.Tensor))
         del first_inputs
-        self.max_output_file = 4 * output_bytes + (64 << 20)
         # What a window costs per call besides the call (inputs, flush, wait): windows are sized on both.
         window_cost_ms = self._window_cost_ms(plan.calls_per_window)
         if self.device.type == "cuda":  # the prepare's temporaries (float64 copies) back to the driver: the
@@ -329,7 +366,15 @@ class Trusted:
         if cmd.atol is not None and cmd.rtol is not None and output_bytes <= TRIVIAL_AHEAD_BYTES:
             tolerance = (cmd.atol, cmd.rtol)
             self.after_reply = lambda: self.trivial_ahead(*tolerance)
+        # One trial's room: its inputs (staged anew for each trial), its output, and one window's hand-overs.
+        specs = self._share({
+            "inputs": exchange.create(input_room, self.device.type, writable=False),
+            "output": exchange.create(output_room, self.device.type),
+            "handover": exchange.create(windows.PICKS_PER_WINDOW * output_room, self.device.type),
+        })
+        clock.lap("segments")
         return {
+            "segments": specs,
             "seconds": clock.seconds,
             "device": self.device.type,
             "init_arg_count": len(init_args),
@@ -410,7 +455,7 @@ class Trusted:
         found: dict[str, dict[int, dict[str, Any]]] = {}
         done: set[int] = set()
         try:
-            tol = JudgeCommand(outputs_dir=Path("."), atol=atol, rtol=rtol)
+            tol = JudgeCommand(atol=atol, rtol=rtol)
             for i, dist in enumerate(self.distributions):
                 if dist == "get_inputs" and not self.recompute[i]:
                     self._trivial(found, self.expected[i], self.ground_truth[i], tol)
@@ -426,6 +471,54 @@ class Trusted:
             self.trivial_found, self.trivial_judged = found, ((atol, rtol), done)
             self.trivial_ahead_s = time.perf_counter() - t0
 
+    def trial_bytes(self, input_bytes: int, output_bytes: int) -> exchange.TrialBytes:
+        return exchange.trial_bytes(input_bytes, output_bytes, self.device.type, windows.PICKS_PER_WINDOW)
+
+    def stage(self, cmd: StageCommand) -> dict[str, Any]:
+        """Trial `cmd.trial`'s inputs, made again from its seed, written over the last trial's in the inputs segment:
+        the candidate never sees a trial's inputs before its turn, and one trial's is all the segment holds."""
+        with torch.no_grad():
+            inputs = self._trial_inputs(cmd.trial)
+            layout = exchange.pack(inputs, self.segments["inputs"])
+            problem_module.synchronize(self.device)
+        return {"layout": layout}
+
+    def take(self, cmd: TakeCommand) -> dict[str, Any]:
+        """The candidate's output of a trial, copied out of the output segment and judged now (trial 0's copy is
+        kept for the determinism re-run's, which is compared with it and then let go)."""
+        clock = _Clock(self.device)
+        i = 0 if cmd.trial is None else cmd.trial
+        exp, gt = (self.expected[i], self.ground_truth[i]) if not self.recompute[i] else (None, None)
+        got = self._take(cmd.layout, self.segments["output"], self.output_count)
+        clock.lap("read")
+        if cmd.trial is None:
+            first, self.first_output = self.first_output, None
+            self.determinism = self._determinism(first, got, self.taken.get(0, {}))
+            clock.lap("determinism")
+            return {"seconds": clock.seconds}
+        if exp is None:
+            model64 = self._model64()
+            exp, gt = self._trial_outputs(i, model64)
+            del model64
+        self.taken[i] = self._judge_got(got, exp, gt, cmd)
+        if i == 0:
+            self.first_output = got
+        del got, exp, gt
+        clock.lap("judge")
+        return {"seconds": clock.seconds}
+
+    def _take(self, layout: Any, seg: exchange.Segment, tensors: int) -> Any:
+        """An output of the candidate's, copied out of `seg` as its layout says, or the judge's figures saying why
+        there is none (each a fault of the submission's, never the judge's)."""
+        if layout is None:
+            return {"structure_error": "the candidate saved no output for this call"}
+        try:
+            return exchange.take(layout, seg, tensors, self.device)
+        except untrusted.UntrustedFile as e:
+            return {"file_error": f"the output cannot be read as an output: {e}"}
+        except untrusted.BadOutput as e:
+            return {"structure_error": str(e)}
+
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
         clock = _Clock(self.device)
         trials = []
@@ -434,17 +527,17 @@ class Trusted:
         found = copy.deepcopy(self.trivial_found) if ahead else {}
         judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
         model64 = self._model64() if any(self.recompute) else None
+        missing = {"structure_error": "the candidate saved no output for this call"}
         for i, dist in enumerate(self.distributions):
-            exp, gt = self._trial_outputs(i, model64)
-            trials.append({"trial": i, **self._judge_one(cmd.outputs_dir / output_file(i), exp, gt, cmd)})
+            trials.append({"trial": i, **self.taken.get(i, missing)})  # judged as each was taken
             if dist == "get_inputs" and i not in judged_ahead:  # the problem's own inputs decide what the
-                self._trivial(found, exp, gt, cmd)  # tolerance means
-            del exp, gt
+                exp, gt = self._trial_outputs(i, model64)  # tolerance means
+                self._trivial(found, exp, gt, cmd)
+                del exp, gt
         clock.lap("trials")
         if judged_ahead:
             clock.seconds["trivial_ahead"] = round(self.trivial_ahead_s, 4)
-        determinism = self._determinism(cmd.outputs_dir, trials[0]) if trials else None
-        clock.lap("determinism")
+        determinism = self.determinism
         trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
         if self.device.type == "cuda":  # the comparisons' float64 temporaries: the candidate's windows come next
             torch.cuda.empty_cache()
@@ -497,34 +590,14 @@ class Trusted:
                 if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
                     found[kind][k] = fig
 
-    def _read(self, path: Path) -> bytes | dict[str, Any]:
-        """An output file's bytes, or the judge's figures saying why there are none to judge (the candidate owns the
-        dir: one it made unreadable is its fault, never the judge's)."""
-        try:
-            return untrusted.read_untrusted(path, self.max_output_file)
-        except FileNotFoundError:
-            return {"structure_error": "the candidate saved no output for this call"}
-        except untrusted.UntrustedFile as e:
-            return {"file_error": str(e)}
-        except OSError as e:
-            return {"file_error": f"{path.name} cannot be read ({e.strerror})"}
-
-    def _judge_one(self, path: Path, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
-        data = self._read(path)
-        return data if isinstance(data, dict) else self._judge_bytes(data, exp, gt, cmd)
-
-    def _judge_bytes(self, data: bytes, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
-        """The candidate's output against the reference's. Whatever its bytes hold, the answer is figures: a file
-        that is not an output (`file_error`) or an output not made of plain dense tensors (`structure_error`) is
-        the submission's, never a failure of the judge's."""
+    def _judge_got(self, got: Any, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
+        """The candidate's output (a copy `_take` made) against the reference's. Whatever it holds, the answer is
+        figures: what could not be read as an output (`file_error`) or is not made of plain dense tensors
+        (`structure_error`) is the submission's, never a failure of the judge's."""
         exp_list = _as_list(exp)
         assert exp_list is not None
-        try:
-            got = untrusted.load_outputs(data, len(exp_list), self.device.type)
-        except untrusted.UntrustedFile as e:
-            return {"file_error": f"the output file cannot be read as an output: {e}"}
-        except untrusted.BadOutput as e:
-            return {"structure_error": str(e)}
+        if isinstance(got, dict):  # `_take`'s figures: there is no output to compare
+            return got
         gt_list = _as_list(gt) if gt is not None else [None] * len(exp_list)
         got_list = _as_list(got)
         assert gt_list is not None
@@ -564,30 +637,26 @@ class Trusted:
     def _compare_slice(self) -> int:
         return self.plan.compare_slice if self.plan is not None else compare.COMPARE_SLICE
 
-    def _determinism(self, outputs_dir: Path, trial0: dict[str, Any]) -> dict[str, Any] | None:
-        """Trial 0's output against the determinism re-run's on the same inputs. Only where trial 0's output has the
-        reference's structure, shapes and dtypes (`trial0`, its figures): else the trial fails already, and the
-        re-run's tensors are held to those shapes, so no file can make this comparison larger than the judge's."""
-        first, second = outputs_dir / output_file(0), outputs_dir / DETERMINISM_FILE
+    def _determinism(self, first: Any, second: Any, trial0: dict[str, Any]) -> dict[str, Any] | None:
+        """Trial 0's output against the determinism re-run's on the same inputs (both copies `_take` made). Only where
+        trial 0's output has the reference's structure, shapes and dtypes (`trial0`, its figures): else the trial
+        fails already, and the re-run's tensors are held to those shapes, so no layout can make this comparison
+        larger than the judge's."""
         shapes = [(o.get("expected_shape"), o.get("expected_dtype")) for o in trial0.get("outputs", [])]
-        if not shapes or any((o.get("got_shape"), o.get("got_dtype")) != want
-                             for o, want in zip(trial0["outputs"], shapes, strict=True)):
+        if not shapes or first is None or isinstance(first, dict) or any(
+                (o.get("got_shape"), o.get("got_dtype")) != want for o, want in zip(trial0["outputs"], shapes,
+                                                                                      strict=True)):
             return None
-        try:
-            la = _as_list(untrusted.load_outputs(untrusted.read_untrusted(first, self.max_output_file), len(shapes),
-                                                 self.device.type))
-            lb = _as_list(untrusted.load_outputs(untrusted.read_untrusted(second, self.max_output_file), len(shapes),
-                                                 self.device.type))
-        except FileNotFoundError:
+        if isinstance(second, dict) and second.get("structure_error") == "the candidate saved no output for this call":
             return None
-        except (OSError, untrusted.UntrustedFile, untrusted.BadOutput):
-            return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
+        la, lb = _as_list(first), _as_list(second) if not isinstance(second, dict) else None
         if la is None or lb is None or len(la) != len(shapes) or len(lb) != len(shapes) or not all(
             type(x) is torch.Tensor and type(y) is torch.Tensor and list(x.shape) == list(y.shape) == shape
-            and x.dtype == y.dtype and str(x.dtype).removeprefix("torch.") == dtype
+            and x.dtype == y.dtype and not x.is_meta and not y.is_meta
+            and str(x.dtype).removeprefix("torch.") == dtype
             for x, y, (shape, dtype) in zip(la, lb, shapes, strict=True)
         ):
-            return {"bitwise_equal": False, "max_rel_diff": None}
+            return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
         equal = all(torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.nan_to_num(), y.nan_to_num()))
                     for x, y in zip(la, lb, strict=True))
         worst = 0.0
@@ -660,7 +729,8 @@ class Trusted:
         # Read first: the candidate's process runs on, and a file read after the reference's computation could
         # have been written after its "handed over".
         clock = _Clock(self.device)
-        handed = list(zip([self._read(path) for path in cmd.files], cmd.seeds, cmd.forward_seeds, strict=True))
+        handed = list(zip([self._take(layout, self.segments["handover"], self.output_count) for layout in cmd.layouts],
+                          cmd.seeds, cmd.forward_seeds, strict=True))
         clock.lap("read")
         if cmd.defer:
             self.handed_over += handed
@@ -676,7 +746,7 @@ class Trusted:
         clock.lap("judge")
         return {"checks": checks, "seconds": clock.seconds}
 
-    def _check_handed(self, handed: list[tuple[bytes | dict[str, Any], int, int]], cmd: Judging) -> list[dict]:
+    def _check_handed(self, handed: list[tuple[Any, int, int]], cmd: Judging) -> list[dict]:
         assert self.model is not None
         checks = []
         model64: torch.nn.Module | None = None
@@ -685,10 +755,10 @@ class Trusted:
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 problem_module.manual_seed(forward_seed, self.device)
                 exp = self.model(*inputs)
-                if isinstance(data, dict):  # the hand-over's file could not be read: why, as the trials say it
+                if isinstance(data, dict):  # the hand-over could not be read: why, as the trials say it
                     checks.append(data)
                     continue
-                check = self._judge_bytes(data, exp, None, cmd)
+                check = self._judge_got(data, exp, None, cmd)
                 # Judged as the trials are; the float64 truth is made only where an element needs it.
                 if compare.outside_tolerance(check):
                     if model64 is None:  # a Module's truth value is its len() where it has one: never `or`
@@ -696,7 +766,7 @@ class Trusted:
                     problem_module.manual_seed(forward_seed, self.device)
                     truth = self._truth(model64, inputs)
                     if truth is not None:
-                        check = self._judge_bytes(data, exp, truth, cmd)
+                        check = self._judge_got(data, exp, truth, cmd)
                 checks.append(check)
         return checks
 
@@ -710,13 +780,18 @@ class Trusted:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--fd-socket", type=int, help="where the exchange's descriptors go to the parent")
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
     problem_module.save_without_checksums()
     trusted = Trusted()
     trusted.notify = chan.send
+    if args.fd_socket is not None:
+        trusted.send_fds = exchange.FdLink(args.fd_socket).send
     handlers = {
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
+        "stage": (StageCommand, trusted.stage, "staged"),
+        "take": (TakeCommand, trusted.take, "taken"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
         "window": (ReferenceWindowCommand, trusted.window, "window_done"),
         "fingerprint": (FingerprintCommand, trusted.fingerprint, "fingerprinted"),

@@ -1,46 +1,40 @@
-"""What the trusted side reads from the candidate, read as hostile data: its saved outputs (the trials', the
-determinism re-run's, the hand-overs'). The submission owns the process that wrote them and can rewrite their
-bytes, so nothing in them is taken on trust: `load_outputs` is the one way in, whatever carries the bytes.
+"""What the trusted side reads from the candidate, read as hostile data: the layout of each output it packed into
+shared memory (the trials', the determinism re-run's, the hand-overs'), a JSON object its process wrote. The
+submission owns that process and can write anything there, and into the segment at any time, so nothing in it is
+taken on trust: `plan` is the one way in, and the bytes are then copied out before anything looks at them
+(exchange.take).
 
 Two kinds of failure, each the submission's, never the harness's:
-  UntrustedFile  the bytes are not what torch.save writes for an output (a FIFO or a link in a file's place, too
-                 many bytes, records or pickle bytes, a compressed record, a storage location that names no device):
-                 graded runtime_error;
-  BadOutput      it loads, but is not made of dense, strided, plain tensors on a real device (a sparse or meta
-                 tensor, a subclass, an object that is no tensor): graded shape_mismatch.
+  UntrustedFile  the layout is not what the harness's packing writes for an output (an unknown kind or dtype, a
+                 shape or an offset out of bounds, overlapping or unaligned data, more entries than the output has,
+                 a segment that holds fewer bytes than it names): graded runtime_error;
+  BadOutput      it reads, but is not made of plain tensors on the reference's kind of device (a value that is no
+                 tensor, a tensor on another device): graded shape_mismatch. A sparse, meta, subclassed or quantized
+                 output is described by the packing, never packed: its description says so (also shape_mismatch).
 A wrong dtype or shape is neither: the judge's figures say it (dtype_mismatch, shape_mismatch).
 """
 
 from __future__ import annotations
 
-import io
-import os
-import re
-import stat
-import zipfile
-from pathlib import Path
 from typing import Any
 
-import torch
-
-# The unpickler runs before anything is known of what it makes: its input is bounded instead. torch.save's pickle
-# of an output holds about 150 bytes per tensor, its archive six records besides one per storage; a pickle of
-# millions of small objects (64 MiB of them would take gigabytes as Python objects) never reaches the unpickler.
-PICKLE_BYTES = 64 << 10
-PICKLE_BYTES_PER_TENSOR = 1 << 10
-ARCHIVE_RECORDS = 16
-# The storage locations torch.save writes for a tensor on a device the harness runs on.
-_LOCATION = re.compile(r"(cpu|cuda)(:[0-9]{1,4})?")
-# A description of the candidate's data in a message: bounded, whatever the data holds.
+ALIGN = 64  # every tensor's data starts at a multiple of this in a segment (any dtype's view is aligned)
+# The dtypes an output may have: numbers torch makes on the devices the harness runs on, with their sizes.
+DTYPES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+          "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+MAX_DIMS = 32
+MAX_ELEMENTS = 1 << 48  # a shape past this describes no output any device holds
+EXTRA_ENTRIES = 16  # entries beyond the reference's output's count that a layout may list (then refused)
 _SHOWN = 200
+_KINDS = ("tensor", "tuple", "list", "other")
 
 
 class UntrustedFile(Exception):
-    """A file the candidate wrote that is not what torch.save writes for an output: the submission's fault."""
+    """What the candidate packed is not what the harness's packing writes for an output: the submission's fault."""
 
 
 class BadOutput(Exception):
-    """An output that loads but is not made of dense, strided, plain tensors on a real device."""
+    """An output that reads but is not made of plain tensors on the reference's kind of device."""
 
 
 def shown(text: str) -> str:
@@ -49,86 +43,63 @@ def shown(text: str) -> str:
     return line if len(line) <= _SHOWN else line[:_SHOWN] + "..."
 
 
-def read_untrusted(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a file the candidate's process wrote, read without following a link and without blocking
-    (a FIFO or a device in its place would hang or mislead a plain open), up to `max_bytes`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise
-    except OSError as e:  # ELOOP: a symbolic link
-        raise UntrustedFile(f"{path.name} cannot be opened as a regular file ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFile(f"{path.name} is not a regular file")
-        if st.st_size > max_bytes:
-            raise UntrustedFile(f"{path.name} has {st.st_size} bytes, more than the {max_bytes} an output of this "
-                                "problem can need")
-        return f.read(max_bytes + 1)[:max_bytes]
+def _int(x: Any, what: str, low: int, high: int) -> int:
+    if type(x) is not int or not low <= x <= high:
+        raise UntrustedFile(f"its {what} {shown(repr(x))} is no integer in {low}..{high}")
+    return x
 
 
-def check_archive(data: bytes, tensors: int) -> None:
-    """The archive's table of contents, before anything in it is unpickled: a zip of stored records (a compressed
-    one could inflate past any bound) that fit in the file, few enough for `tensors` outputs, with a pickle small
-    enough for them."""
-    try:
-        records = zipfile.ZipFile(io.BytesIO(data)).infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-        raise UntrustedFile(f"it is not an archive torch.save writes ({shown(str(e))})") from None
-    most = ARCHIVE_RECORDS + 2 * tensors
-    if len(records) > most:
-        raise UntrustedFile(f"its archive holds {len(records)} records, more than the {most} that {tensors} "
-                            "output tensor(s) need")
-    pickles = [r for r in records if r.filename.endswith("/data.pkl") or r.filename == "data.pkl"]
-    if len(pickles) != 1:
-        raise UntrustedFile(f"its archive holds {len(pickles)} pickles, not one")
-    for r in records:
-        if r.compress_type != zipfile.ZIP_STORED or r.file_size != r.compress_size or r.file_size > len(data):
-            raise UntrustedFile(f"its record {shown(r.filename)!r} is compressed or larger than the file")
-    limit = PICKLE_BYTES + PICKLE_BYTES_PER_TENSOR * tensors
-    if pickles[0].file_size > limit:
-        raise UntrustedFile(f"its pickle has {pickles[0].file_size} bytes, more than the {limit} that {tensors} "
-                            "output tensor(s) need")
-
-
-def check_tensor(t: Any, device_type: str) -> None:
-    """One output tensor: a plain torch.Tensor, dense and strided, with data on the reference's kind of device."""
-    if not isinstance(t, torch.Tensor):
-        return  # not a tensor at all: the structure check (and its verdict) says what it is
-    if type(t) is not torch.Tensor:
-        raise BadOutput(f"a {type(t).__name__} (a torch.Tensor subclass), not a plain torch.Tensor")
-    if t.layout != torch.strided:
-        raise BadOutput(f"a {str(t.layout).removeprefix('torch.')} tensor, not a dense strided torch.Tensor")
-    if t.is_meta:
-        raise BadOutput(f"a tensor on the meta device (no data), the reference's on {device_type}")
-    if t.is_quantized or t.is_nested:
-        raise BadOutput("a quantized or nested tensor, not a dense strided torch.Tensor")
-
-
-def load_outputs(data: bytes, tensors: int, device_type: str) -> Any:
-    """An output as torch.save wrote it (`tensors`: how many the reference's output has), checked as hostile: the
-    archive before unpickling (`check_archive`), plain tensors only while unpickling (weights_only), every storage's
-    location a device of the reference's kind, every tensor by `check_tensor`. Storages stay on the host."""
-    check_archive(data, tensors)
-    locations: list[str] = []
-
-    def record(storage: Any, location: Any) -> Any:
-        if not isinstance(location, str) or _LOCATION.fullmatch(location) is None:
-            raise UntrustedFile(f"a storage location {shown(repr(location))} that names no device")
-        locations.append(location)
-        return storage
-
-    try:
-        obj = torch.load(io.BytesIO(data), map_location=record, weights_only=True)
-    except UntrustedFile:
-        raise
-    except Exception as e:  # a tensor subclass or arbitrary object: not a plain tensor output
-        raise BadOutput(f"the output is not made of plain torch.Tensors ({shown(str(e)) or type(e).__name__})"
-                        ) from None
-    wrong = sorted({loc for loc in locations if loc.partition(":")[0] != device_type})
-    if wrong:
-        raise BadOutput(f"the output lives on {', '.join(wrong)}, the reference's on {device_type}")
-    for t in obj if isinstance(obj, (list, tuple)) else [obj]:
-        check_tensor(t, device_type)
-    return obj
+def plan(layout: Any, segment_bytes: int, expected_tensors: int, device_type: str
+         ) -> str | tuple[str, list[tuple[str, list[int], int | None, int]]]:
+    """A layout checked before any byte is read: the candidate's description of an output it could not pack (a
+    string, bounded), or (kind, [(dtype, shape, offset or None, nbytes)]) where each tensor's data lies inside the
+    segment, aligned, apart from the others'. An offset of None (the data was not written) is allowed only where the
+    tensor could not have fitted in the segment: one of the reference's shape and dtype always fits."""
+    if not isinstance(layout, dict):
+        raise UntrustedFile(f"its layout is a {type(layout).__name__}, not an object")
+    kind = layout.get("kind")
+    if kind not in _KINDS:
+        raise UntrustedFile(f"its layout's kind {shown(repr(kind))} is none of {', '.join(_KINDS)}")
+    if kind == "other":
+        description = layout.get("description")
+        return shown(description) if isinstance(description, str) and description.startswith("<") else "<?>"
+    entries = layout.get("entries")
+    if not isinstance(entries, list) or len(entries) > expected_tensors + EXTRA_ENTRIES:
+        raise UntrustedFile(f"its layout lists {len(entries) if isinstance(entries, list) else 'no'} entries, "
+                            f"where the reference's output has {expected_tensors} tensor(s)")
+    if kind == "tensor" and len(entries) != 1:
+        raise UntrustedFile(f"its layout of one tensor lists {len(entries)} entries")
+    if entries and layout.get("device") != device_type:
+        raise BadOutput(f"the output lives on {shown(str(layout.get('device')))}, the reference's on {device_type}")
+    tensors: list[tuple[str, list[int], int | None, int]] = []
+    spans: list[tuple[int, int]] = []
+    for entry in entries:
+        t = entry.get("tensor") if isinstance(entry, dict) else None
+        if not isinstance(t, dict):
+            raise BadOutput("the output holds a value that is not a tensor")
+        dtype = t.get("dtype")
+        if dtype not in DTYPES:
+            raise UntrustedFile(f"a tensor of dtype {shown(repr(dtype))}, which no output has")
+        shape = t.get("shape")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            raise UntrustedFile(f"a tensor's shape {shown(repr(shape))} is no list of at most {MAX_DIMS} sizes")
+        numel = 1
+        for d in shape:
+            numel *= _int(d, "dimension", 0, MAX_ELEMENTS)
+        if numel > MAX_ELEMENTS:
+            raise UntrustedFile(f"a tensor of {numel} elements, more than any device holds")
+        nbytes = numel * DTYPES[dtype]
+        offset = t.get("offset")
+        if offset is None:
+            if nbytes <= segment_bytes:
+                raise UntrustedFile(f"a tensor of {nbytes} bytes, which fits the segment, was not written")
+        else:
+            _int(offset, "offset", 0, segment_bytes)
+            if offset % ALIGN or offset + nbytes > segment_bytes:
+                raise UntrustedFile(f"a tensor's data at {offset}..{offset + nbytes} is unaligned or lies outside "
+                                    f"the {segment_bytes}-byte segment")
+            if nbytes and any(offset < end and start < offset + nbytes for start, end in spans):
+                raise UntrustedFile(f"a tensor's data at {offset}..{offset + nbytes} overlaps another's")
+            spans.append((offset, offset + nbytes))
+        tensors.append((dtype, list(shape), offset, nbytes))
+    return kind, tensors

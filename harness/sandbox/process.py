@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -74,7 +75,7 @@ def scrubbed_env(extra: dict[str, str], home: Path) -> dict[str, str]:
 
 class ChildProcess:
     def __init__(self, module: str, args: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
-                 kill_grace_s: float, jail: Jail | None = None):
+                 kill_grace_s: float, jail: Jail | None = None, fd_socket: bool = False):
         self.kill_grace_s = kill_grace_s
         self.module = module
         self.log_path = log_path
@@ -87,24 +88,37 @@ class ChildProcess:
             jail.setup()  # SandboxError: the harness's failure
         read_fd, write_fd = os.pipe()
         status_r, status_w = os.pipe() if jail is not None else (-1, -1)
+        # With `fd_socket`, a socket for file descriptors (SCM_RIGHTS) besides the channel: `--fd-socket N` in the
+        # child, `self.fds` here (see `send_fds`, `receive_fds`).
+        self.fds: socket.socket | None = None
+        theirs: socket.socket | None = None
+        if fd_socket:
+            self.fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            args = [*args, "--fd-socket", str(theirs.fileno())]
+        passed = (write_fd,) if jail is None else (write_fd, status_w)
+        passed += (theirs.fileno(),) if theirs is not None else ()
         self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in reap()
         try:
             prefix = jail.launcher(status_w, cwd) if jail is not None else []
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, "-s", "-m", module, "--channel-fd", str(write_fd), *args],
                 cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,) if jail is None else (write_fd, status_w), start_new_session=True,
+                pass_fds=passed, start_new_session=True,
                 close_fds=True,
             )
         except BaseException:
             os.close(read_fd)
             self._log.close()
+            if self.fds is not None:
+                self.fds.close()
             if jail is not None:
                 os.close(status_r)
                 jail.cleanup()
             raise
         finally:
             os.close(write_fd)
+            if theirs is not None:
+                theirs.close()
             if status_w >= 0:
                 os.close(status_w)
         if jail is not None:
@@ -330,6 +344,33 @@ class ChildProcess:
                 self.proc.stdin.close()
         self._reader.join(timeout=5)
         self._log.close()
+        if self.fds is not None:
+            self.fds.close()
+
+    def send_fds(self, fds: list[int]) -> None:
+        """Pass descriptors to the child over its fd socket (one message; the child takes them when a command says
+        so). Never blocks: a child that takes none fills its socket's buffer, and the send fails (ChildExited)."""
+        assert self.fds is not None, "started without fd_socket"
+        try:
+            socket.send_fds(self.fds, [b"fds"], fds, socket.MSG_DONTWAIT)
+        except OSError as e:
+            raise ChildExited(f"descriptors could not be passed to the child ({e.strerror})") from None
+
+    def receive_fds(self, count: int, timeout_s: float = 10.0) -> list[int]:
+        """`count` descriptors the child sent over its fd socket (in one message), now the caller's to close."""
+        assert self.fds is not None, "started without fd_socket"
+        if count == 0:
+            return []
+        self.fds.settimeout(timeout_s)
+        try:
+            _, fds, _, _ = socket.recv_fds(self.fds, 16, count)
+        except OSError as e:
+            raise ChildExited(f"no descriptors came from the child ({e})") from None
+        if len(fds) != count:
+            for fd in fds:
+                os.close(fd)
+            raise ChildExited(f"{len(fds)} descriptors came from the child where {count} were due")
+        return fds
 
     def note(self, text: str) -> None:
         """Write the harness's own line into the child's log, at the offset the child writes at (they share it)."""

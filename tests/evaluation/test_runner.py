@@ -22,6 +22,8 @@ from harness.verdicts import Verdict
 
 from ..conftest import SUBMISSIONS
 
+ADVERSARIAL = Path(__file__).parents[1] / "fixtures" / "adversarial"
+
 
 def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixture):
     r = run_fixture("level2/75", "l75_pytorch_correct.py")
@@ -478,40 +480,77 @@ def small_scratch(settings, tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-@pytest.mark.parametrize(("batch", "fits"), [(128, False), (2048, False), (16, True)])
-def test_a_size_whose_trial_files_cannot_fit_the_scratch_disk_is_the_hosts_limit_said_plainly(
-        small_scratch, tmp_path, batch, fits):
-    """KernelBench's level1 files at their own size write 90 GB of trial inputs and outputs: on a 64 GB disk the
-    evaluation failed half-way with torch.save's "unexpected pos 704 vs 598" (on the CPU: runtime_error, the
-    submission blamed). Here 6 trials (the settings' 5 and the extra one) of 2 MiB in and 2 MiB out, 24 MiB, on a
-    24 MiB scratch disk are refused before the disk fills, as the harness's limit with what to do; so are trials
-    whose first input file alone (32 MiB) cannot be written (the check once ran only after it was: an H100 host's
-    disk full of leftovers gave the riddle again); the same problem at an eighth of the size passes."""
+def test_a_size_whose_trial_files_would_not_fit_the_scratch_disk_writes_none(small_scratch, tmp_path):
+    """KernelBench's level1 files at their own size wrote 90 GB of trial inputs and outputs, refused on a 64 GB disk.
+    Trial data goes through shared memory now: 6 trials of 2 MiB in and 2 MiB out (24 MiB, which filled a 24 MiB
+    scratch disk) pass there, and no trial file is written."""
     from harness.problems import load_kernelbench_dir
 
     level = tmp_path / "level1"
     level.mkdir()
-    (level / "19_ReLU.py").write_text(_RELU.format(batch=batch))
+    (level / "19_ReLU.py").write_text(_RELU.format(batch=128))
     (spec,) = load_kernelbench_dir(level)
     source = spec.source().replace("class Model(", "class ModelNew(")
     r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), small_scratch)
-    if fits:
-        assert r.verdict == Verdict.passed, r.message + r.log_excerpt
-        return
-    assert r.verdict == Verdict.infra_error and not r.verdict.is_submission_fault
-    assert "ExchangeSpace" in r.message and "GiB free" in r.message and "smaller size" in r.message, r.message
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
 
 
-def test_the_exchange_space_check_counts_every_trials_input_and_output(tmp_path, monkeypatch):
-    import collections
+def test_the_exchange_memory_check_counts_what_one_trial_holds():
+    from harness.evaluation import exchange, trusted
 
-    from harness.evaluation import trusted
+    one = exchange.trial_bytes(6 << 20, 6 << 20, "cpu", handover_slots=2)
+    assert one == exchange.TrialBytes(shared=3 * (6 << 20) + (6 << 20), trusted=18 << 20, candidate=6 << 20)
+    trusted.check_exchange_memory(one, 100 << 20, "cpu")  # 48 MiB (53 with a tenth to spare) of 100
+    with pytest.raises(trusted.ExchangeSpace, match=r"one trial holds 0.05 GiB .* smaller size"):
+        trusted.check_exchange_memory(one, 50 << 20, "cpu")
+    on_gpu = exchange.trial_bytes(6 << 20, 6 << 20, "cuda", handover_slots=2)
+    assert on_gpu.candidate == 12 << 20  # its inputs cloned off the segment
 
-    usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(trusted.shutil, "disk_usage", lambda _: usage(0, 0, 100 << 20))
-    trusted.check_exchange_space(tmp_path, 7, 6 << 20, 6 << 20)  # 84 MiB (92 with a tenth to spare) of 100
-    with pytest.raises(trusted.ExchangeSpace, match=r"7 trials of 0.01 GiB in, 0.01 GiB out"):
-        trusted.check_exchange_space(tmp_path, 7, 7 << 20, 6 << 20)  # 91 MiB, 100 with the tenth
+
+def test_no_trial_file_is_written_in_an_evaluation(settings, registry, monkeypatch):
+    """Init arguments, parameters, inputs, outputs, hand-overs: all through shared memory. Every file either child
+    opens for writing under the evaluation's dirs is recorded (the scratch dir is watched as it runs)."""
+    import threading
+
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for root in (settings.scratch_dir, settings.data_dir):
+                for dirpath, _, files in os.walk(root):
+                    seen.update(os.path.join(dirpath, f) for f in files if f.endswith(".pt"))
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        spec = registry.get("level2/75")
+        r = evaluate(spec, (ADVERSARIAL / "exchange_scribbler_honest.py").read_text(),
+                     EvalOptions(device="cpu", size="small"), settings)
+    finally:
+        stop.set()
+        thread.join()
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    assert r.observations.timed_outputs is not None and r.observations.timed_outputs.checked
+    assert seen == set()
+
+
+@pytest.mark.parametrize("name", ["exchange_scribbler.py", "exchange_scribbler_honest.py"])
+def test_writing_into_the_exchange_after_a_reply_changes_no_verdict_of_its_outputs(settings, registry, name):
+    """A candidate that zeroes its output and hand-over segments after each reply, tries to shrink them and to write
+    the next trial's inputs, is judged as its honest twin: on the trusted side's copies, taken while it is paused;
+    a segment cannot shrink under the trusted side (sealed), and would read short rather than fault if it could."""
+    r = evaluate(registry.get("level2/75"), (ADVERSARIAL / name).read_text(), EvalOptions(device="cpu", size="small"),
+                 settings)
+    # Correct either way; the scribbler's means (gc, raw descriptors) are the static pre-check's to flag, apart.
+    static = {f.rule for f in r.observations.static_findings}
+    assert r.verdict == (Verdict.flagged if static else Verdict.passed), r.message + r.log_excerpt
+    assert r.message.startswith("correct") or r.verdict == Verdict.passed, r.message
+    assert all(o.mismatches_at_eval_tolerance == 0 for t in r.observations.trials for o in t.outputs)
+    assert r.observations.determinism is not None and r.observations.determinism.bitwise_equal
+    assert r.observations.timed_outputs is not None and r.observations.timed_outputs.checked
+    assert all(c.structure_error is None and c.file_error is None for c in r.observations.timed_outputs.calls)
 
 
 def _relu_copy(tmp_path: Path) -> tuple[ProblemSpec, str]:
@@ -538,20 +577,13 @@ def test_trial_outputs_the_harness_asks_for_are_never_counted_against_the_candid
     assert "killed" not in (r.observations.log_tail or "")
 
 
-def test_outputs_larger_than_the_largest_file_a_candidate_may_write_are_the_harness_limit_said_plainly(settings,
-                                                                                                       tmp_path):
+def test_outputs_larger_than_the_largest_file_a_candidate_may_write_are_exchanged_in_memory(settings, tmp_path):
     """KernelBench's level3/17 at its own size has outputs of 4.3 GB, over the candidate's 4 GiB file-size limit
-    (RLIMIT_FSIZE): its honest reference, resubmitted, failed to save its first trial's output on an H100 ("unexpected
-    pos 704 vs 598") and was a `runtime_error`, blamed on the submission. An output over the limit is now the
-    harness's limit, said before any trial (the default is 16 GiB); the trusted side, which writes the inputs, has
-    none. Here: outputs and inputs of 4 MiB against a 2 MiB limit, then against 70 MiB."""
+    (RLIMIT_FSIZE): saved as files they were the harness's limit. In shared memory they are no file: outputs of
+    4 MiB pass under a 2 MiB file-size limit."""
     spec, source = _relu_copy(tmp_path)
     small_files = settings.model_copy(update={"child_file_mb": 2})
     r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), small_files)
-    assert r.verdict == Verdict.infra_error, r.message + r.log_excerpt
-    assert "more than the largest file a candidate may write (2 MiB, HARNESS_CHILD_FILE_MB)" in r.message
-    fits = settings.model_copy(update={"child_file_mb": 70})
-    r = evaluate(spec, source, EvalOptions(device="cpu", compile_baseline="off"), fits)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
 
 

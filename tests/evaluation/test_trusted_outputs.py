@@ -11,16 +11,9 @@ import torch
 
 from harness import grading
 from harness.evaluation import compare, problem_module, trusted
-from harness.evaluation.protocol import (
-    DETERMINISM_FILE,
-    CheckHandoverCommand,
-    JudgeCommand,
-    JudgeHandoversCommand,
-    PrepareCommand,
-    ProblemLoad,
-    output_file,
-)
+from harness.evaluation.protocol import JudgeCommand, JudgeHandoversCommand, PrepareCommand, ProblemLoad
 from harness.schema import OutputFigures, Tolerance
+from tests.evaluation import exchange_play
 
 _DROPOUT_LINEAR = """import torch
 class Model(torch.nn.Module):
@@ -46,16 +39,12 @@ def _judge(tmp_path, keep_bytes: int, monkeypatch, candidate_outputs, ahead: tup
     side = trusted.Trusted()
     atol, rtol = ahead or (None, None)
     prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
-                                           draw_seed=7, input_seed=1234, trials=3, exchange_dir=tmp_path / "ex",
+                                           draw_seed=7, input_seed=1234, trials=3,
                                            atol=atol, rtol=rtol))
     if side.after_reply is not None:
         side.after_reply()
-    outputs = tmp_path / f"out-{keep_bytes}-{ahead}"
-    outputs.mkdir()
-    for i in range(len(prepared["distributions"])):
-        torch.save(candidate_outputs(side, i, prepared), outputs / output_file(i))
-    torch.save(candidate_outputs(side, 0, prepared), outputs / DETERMINISM_FILE)
-    return side, prepared, side.judge(JudgeCommand(outputs_dir=outputs, atol=1e-4, rtol=1e-4))
+    exchange_play.take_all(side, prepared, lambda i: candidate_outputs(side, i, prepared))
+    return side, prepared, side.judge(JudgeCommand(atol=1e-4, rtol=1e-4))
 
 
 def _reference(side, i, prepared):
@@ -94,7 +83,7 @@ def test_outputs_that_compute_nothing_judged_ahead_compare_as_judged_at_the_judg
 
     def again_at_the_judge(side, tol=(1e-4, 1e-4)):  # the same outputs, nothing judged ahead
         side.trivial_judged = None
-        return side.judge(JudgeCommand(outputs_dir=tmp_path / f"out-{keep_bytes}-{tol}", atol=1e-4, rtol=1e-4))
+        return side.judge(JudgeCommand(atol=1e-4, rtol=1e-4))
 
     side, _, ahead = _judge(tmp_path, keep_bytes, monkeypatch, zeros, ahead=(1e-4, 1e-4))
     assert (side.trivial_judged is not None) == (keep_bytes > 0)  # none kept: all judged at the judge
@@ -194,21 +183,21 @@ def test_hand_overs_read_now_and_compared_after_the_rounds_judge_as_compared_at_
     problem.write_text(_DROPOUT_LINEAR)
     side = trusted.Trusted()
     side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42, draw_seed=7,
-                                input_seed=1234, trials=2, exchange_dir=tmp_path / "ex"))
+                                input_seed=1234, trials=2))
     seeds, forward_seeds = [11, 12], [21, 22]
-    files = [tmp_path / "handed-0.pt", tmp_path / "handed-1.pt"]
+    outs = []
     with torch.no_grad():
-        for path, seed, forward_seed, error in zip(files, seeds, forward_seeds, (0.0, 1e-2), strict=True):
+        for seed, forward_seed, error in zip(seeds, forward_seeds, (0.0, 1e-2), strict=True):
             inputs = problem_module.seeded_inputs(side.module, seed, side.device)
             problem_module.manual_seed(forward_seed, side.device)
-            torch.save(side.model(*inputs) + error, path)
-    command = CheckHandoverCommand(files=files, seeds=seeds, forward_seeds=forward_seeds, atol=1e-4, rtol=1e-4)
+            outs.append(side.model(*inputs) + error)
+    command = exchange_play.handover_command(side, outs, seeds, forward_seeds)
     at_once = side.check_handover(command)["checks"]
     assert at_once[0]["outputs"][0]["mismatches_at_eval_tolerance"] == 0
     assert at_once[1]["outputs"][0]["mismatches_at_eval_tolerance"] > 0
     assert side.check_handover(command.model_copy(update={"defer": True}))["checks"] == []
-    for path in files:  # rewritten after the hand-over: too late
-        torch.save(torch.zeros(16, 32), path)
+    seg = side.segments["handover"]  # rewritten after the hand-over: too late
+    seg.write(0, torch.zeros(seg.nbytes, dtype=torch.uint8))
     assert side.judge_handovers(JudgeHandoversCommand(atol=1e-4, rtol=1e-4))["checks"] == at_once
     assert side.handed_over == []
     side.check_handover(command.model_copy(update={"defer": True}))
@@ -226,29 +215,24 @@ def test_an_output_within_the_tolerance_of_the_float64_truth_passes_where_the_re
     reference's tolerance). An output rounded coarser than the reference is within neither, and fails."""
     side = trusted.Trusted()
     prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=ROUNDED_OFFSET), device="cpu", param_seed=42,
-                                           draw_seed=7, input_seed=1234, trials=2, exchange_dir=tmp_path / "ex"))
+                                           draw_seed=7, input_seed=1234, trials=2))
     tol = Tolerance(atol=1e-4, rtol=1e-4)
 
     def coarser(x):
         return torch.cat([(x[:, :1] + 1e5) - 1e5, x[:, 1:]], dim=1) * 2.0
 
     for name, forward, passes in (("exact", lambda x: x * 2.0, True), ("coarser", coarser, False)):
-        outputs = tmp_path / name
-        outputs.mkdir()
-        for i in range(len(prepared["distributions"])):
-            torch.save(forward(*side._trial_inputs(i)), outputs / output_file(i))
-        torch.save(forward(*side._trial_inputs(0)), outputs / DETERMINISM_FILE)
-        judged = side.judge(JudgeCommand(outputs_dir=outputs, atol=1e-4, rtol=1e-4))
+        exchange_play.take_all(side, prepared, lambda i, forward=forward: forward(*side._trial_inputs(i)))
+        judged = side.judge(JudgeCommand(atol=1e-4, rtol=1e-4))
         for t in judged["trials"]:
             fig = OutputFigures.model_validate(t["outputs"][0])
             assert fig.mismatches_at_eval_tolerance and not grading.within_reference_tolerance(fig, tol)
             assert grading.within_tolerance(fig, tol) is passes, (name, fig)
             assert (fig.fp64_only_at_eval_tolerance == fig.mismatches_at_eval_tolerance) is passes
         seed, forward_seed = 11, 21
-        handed = tmp_path / f"handed-{name}.pt"
-        torch.save(forward(*problem_module.seeded_inputs(side.module, seed, side.device)), handed)
-        (check,) = side.check_handover(CheckHandoverCommand(files=[handed], seeds=[seed], forward_seeds=[forward_seed],
-                                                            atol=1e-4, rtol=1e-4))["checks"]
+        handed = forward(*problem_module.seeded_inputs(side.module, seed, side.device))
+        (check,) = side.check_handover(exchange_play.handover_command(side, [handed], [seed], [forward_seed]))[
+            "checks"]
         fig = OutputFigures.model_validate(check["outputs"][0])
         assert fig.max_rel_err_or_fp64 is not None and fig.mismatches_at_eval_tolerance
         assert grading.within_tolerance(fig, tol) is passes, (name, fig)
@@ -283,13 +267,10 @@ def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_mad
         monkeypatch.setattr(memory_plan, "plan", planned)
         side = trusted.Trusted()
         prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
-                                               draw_seed=7, input_seed=99, trials=3, exchange_dir=tmp_path / "ex"))
+                                               draw_seed=7, input_seed=99, trials=3))
         assert side.plan is not None and side.plan.truth == truth
-        out = tmp_path / f"out-{truth}-{outputs.__name__}"
-        out.mkdir()
-        for i in range(len(prepared["distributions"])):
-            torch.save(outputs(side, i, prepared), out / output_file(i))
-        return side.judge(JudgeCommand(outputs_dir=out, atol=1e-4, rtol=1e-4))["trials"]
+        exchange_play.take_all(side, prepared, lambda i: outputs(side, i, prepared))
+        return side.judge(JudgeCommand(atol=1e-4, rtol=1e-4))["trials"]
 
     def wrong(side, i, prepared):
         out = _reference(side, i, prepared).clone()

@@ -1,49 +1,19 @@
-"""Files the candidate's process wrote, as the trusted side reads them (in process: no children): where they lie, and
-what they hold."""
+"""What the candidate's process packed into shared memory, as the trusted side reads it (in process: no children): its
+layout is hostile data, checked before a byte is read, and the bytes are copied out before anything looks at them."""
 
 from __future__ import annotations
 
-import io
 import os
-import tracemalloc
-import zipfile
 
 import pytest
 import torch
 
 from harness import grading
+from harness.evaluation import exchange, untrusted
 from harness.evaluation.protocol import JudgeCommand, PrepareCommand, ProblemLoad
 from harness.evaluation.trusted import Trusted
-from harness.evaluation.untrusted import UntrustedFile, read_untrusted
 from harness.schema import Tolerance, TrialFigures
 from harness.verdicts import Verdict
-
-
-def test_a_regular_file_is_read(tmp_path):
-    (tmp_path / "out_0.pt").write_bytes(b"x" * 10)
-    assert read_untrusted(tmp_path / "out_0.pt", 100) == b"x" * 10
-
-
-def test_a_fifo_in_place_of_an_output_is_refused_at_once_not_waited_on(tmp_path):
-    os.mkfifo(tmp_path / "out_0.pt")  # a plain open() would block here until the evaluation's deadline
-    with pytest.raises(UntrustedFile, match="not a regular file"):
-        read_untrusted(tmp_path / "out_0.pt", 100)
-
-
-def test_a_link_in_place_of_an_output_is_not_followed(tmp_path):
-    (tmp_path / "secret").write_bytes(b"s")
-    (tmp_path / "out_0.pt").symlink_to(tmp_path / "secret")
-    with pytest.raises(UntrustedFile, match="cannot be opened as a regular file"):
-        read_untrusted(tmp_path / "out_0.pt", 100)
-
-
-def test_an_output_larger_than_the_problem_can_need_is_refused(tmp_path):
-    (tmp_path / "out_0.pt").write_bytes(b"x" * 101)
-    with pytest.raises(UntrustedFile, match="101 bytes"):
-        read_untrusted(tmp_path / "out_0.pt", 100)
-
-
-# --- what the files hold: the judge reads them as hostile data (in process, on the CPU) ------------------------
 
 _LINEAR = """import torch
 class Model(torch.nn.Module):
@@ -59,42 +29,26 @@ def get_init_inputs():
 """
 
 
-def _saved(obj) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
-def _relocated(obj, location: bytes) -> bytes:
-    """torch.save's archive of `obj` with its storages' location rewritten (a submission rewriting its saved
-    output): the pickle's location string replaced, the archive written again, its records stored."""
-    src = zipfile.ZipFile(io.BytesIO(_saved(obj)))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
-        for info in src.infolist():
-            data = src.open(info).read()
-            if info.filename.endswith("data.pkl"):
-                assert b"X\x03\x00\x00\x00cpu" in data
-                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + len(location).to_bytes(4, "little") + location)
-            dst.writestr(info.filename, data)
-    return out.getvalue()
-
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory):
-    """A prepared trusted side on a small problem; `judge(data)` judges bytes as trial 0's output; the honest
+    """A prepared trusted side on a small problem; `judge(layout)` takes and judges a layout of trial 0's output in
+    its output segment (`judge.pack(obj)` packs an object there as the candidate's process does); the honest
     output of trial 0 is `judge.honest`."""
     tmp = tmp_path_factory.mktemp("judge")
     (tmp / "problem.py").write_text(_LINEAR)
     side = Trusted()
     side.prepare(PrepareCommand(problem=ProblemLoad(path=tmp / "problem.py"), device="cpu", param_seed=42,
-                                draw_seed=7, input_seed=1234, trials=1, extra_distribution=False,
-                                exchange_dir=tmp / "ex"))
-    cmd = JudgeCommand(outputs_dir=tmp, atol=1e-4, rtol=1e-4)
+                                draw_seed=7, input_seed=1234, trials=1, extra_distribution=False))
+    cmd = JudgeCommand(atol=1e-4, rtol=1e-4)
+    seg = side.segments["output"]
 
-    def run(data: bytes) -> dict:
-        return side._judge_bytes(data, side.expected[0], side.ground_truth[0], cmd)
+    def run(layout) -> dict:
+        got = side._take(layout, seg, 1)
+        return side._judge_got(got, side.expected[0], side.ground_truth[0], cmd)
 
+    run.pack = lambda obj: exchange.pack(obj, seg)
+    run.segment = seg
     run.honest = side.expected[0].clone()
     return run
 
@@ -106,22 +60,44 @@ def _verdict(figures: dict) -> grading.Grade | None:
 
 
 def test_an_honest_output_is_judged_and_passes(judge):
-    figures = judge(_saved(judge.honest))
+    figures = judge(judge.pack(judge.honest))
     assert figures["outputs"][0]["mismatches_at_eval_tolerance"] == 0 and _verdict(figures) is None
 
 
-@pytest.mark.parametrize("location", [b"", b"nodevice", b"cuda:0:0", b"cpu\n"])
-def test_a_storage_location_that_names_no_device_is_the_submissions_runtime_error(judge, location):
-    """A submission rewrote its saved output so that the storage location read as no device: torch.device('')
-    raised in the judge, outside its guard, and the evaluation was the harness's infra_error, retried."""
-    figures = judge(_relocated(judge.honest, location))
-    assert "names no device" in figures["file_error"]
+def test_bytes_written_into_the_segment_after_the_take_change_nothing_judged(judge):
+    """The candidate can write into its output segment at any time: the judge compares its own copy."""
+    layout = judge.pack(judge.honest)
+    got = exchange.take(layout, judge.segment, 1, torch.device("cpu"))
+    judge.segment.write(0, torch.zeros(judge.segment.nbytes, dtype=torch.uint8))
+    assert torch.equal(got, judge.honest)
+
+
+@pytest.mark.parametrize(("mangle", "said"), [
+    (lambda lay: {**lay, "kind": "pickle"}, "kind"),
+    (lambda lay: "not an object", "not an object"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "dtype": "object"}}]}, "dtype"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "shape": [-1, 4]}}]},
+     "dimension"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "shape": [1 << 40, 1 << 40]}}]},
+     "more than any device holds"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "offset": 1 << 40}}]}, "offset"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "offset": 8}}]}, "unaligned"),
+    (lambda lay: {**lay, "entries": [{"tensor": {**lay["entries"][0]["tensor"], "offset": None}}]},
+     "was not written"),
+    (lambda lay: {**lay, "kind": "list", "entries": lay["entries"] * 100}, "entries"),
+    (lambda lay: {**lay, "kind": "list", "entries": lay["entries"] * 2}, "overlaps"),
+])
+def test_a_layout_that_the_packing_never_writes_is_the_submissions_runtime_error(judge, mangle, said):
+    """A submission rewrote the layout of its output (or the bytes it names): each such layout is refused before a
+    byte is read, as the submission's runtime_error, never a failure of the judge's."""
+    figures = judge(mangle(judge.pack(judge.honest)))
+    assert said in figures["file_error"], figures
     assert _verdict(figures).verdict == Verdict.runtime_error
 
 
 def test_an_output_on_another_device_is_a_structure_error(judge):
-    figures = judge(_relocated(judge.honest, b"cuda:0"))
-    assert figures["structure_error"] == "the output lives on cuda:0, the reference's on cpu"
+    figures = judge({**judge.pack(judge.honest), "device": "cuda"})
+    assert figures["structure_error"] == "the output lives on cuda, the reference's on cpu"
 
 
 @pytest.mark.parametrize(("make", "said"), [
@@ -132,52 +108,64 @@ def test_an_output_on_another_device_is_a_structure_error(judge):
     (lambda t: (t.to_sparse(),), "sparse_coo tensor"),
 ])
 def test_an_output_that_is_not_a_dense_strided_plain_tensor_is_a_shape_mismatch(judge, make, said):
-    """Sparse COO and CSR and meta tensors loaded as tensors and crashed the comparison (an infra_error)."""
-    figures = judge(_saved(make(judge.honest)))
+    """Sparse COO and CSR and meta tensors once loaded as tensors and crashed the comparison (an infra_error): the
+    packing describes them instead, and the description is the judge's structure error."""
+    figures = judge(judge.pack(make(judge.honest)))
     assert said in figures["structure_error"], figures
     assert _verdict(figures).verdict == Verdict.shape_mismatch
 
 
-def test_a_pickle_of_millions_of_small_objects_is_refused_before_it_is_unpickled(judge):
-    """Two million small objects would take the judge's memory as Python objects (and minutes of the pure-Python
-    weights-only unpickler); the archive's table of contents says how large its pickle is first."""
-    bomb = _saved([[i] for i in range(2_000_000)])
-    tracemalloc.start()
-    try:
-        figures = judge(bomb)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert "its pickle has" in figures["file_error"] and _verdict(figures).verdict == Verdict.runtime_error
-    assert peak < len(bomb) + (16 << 20), peak  # unpickled, the lists took 401 MB and 263 s on a 2-core host
+def test_an_output_of_another_shape_too_large_for_the_segment_is_judged_by_its_shape(judge):
+    """Its data cannot fit (it is not the reference's size): its layout says its shape, and the figures do."""
+    figures = judge(judge.pack(torch.zeros(300, 400)))
+    assert figures["outputs"][0]["got_shape"] == [300, 400]
+    assert _verdict(figures).verdict == Verdict.shape_mismatch
 
 
-def test_an_archive_with_compressed_or_too_many_records_is_refused(judge):
-    data = _saved(judge.honest)
-    src = zipfile.ZipFile(io.BytesIO(data))
-    for extra, compression in ((0, zipfile.ZIP_DEFLATED), (100, zipfile.ZIP_STORED)):
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w", compression) as dst:
-            for info in src.infolist():
-                dst.writestr(info.filename, src.open(info).read())
-            for i in range(extra):
-                dst.writestr(f"archive/data/x{i}", b"")
-        figures = judge(out.getvalue())
-        assert "compressed" in figures["file_error"] if extra == 0 else "records" in figures["file_error"]
-    assert "not an archive" in judge(b"\x80\x02]q\x00.")["file_error"]  # a bare pickle: torch's legacy format
+def test_a_value_that_is_no_tensor_is_a_shape_mismatch(judge):
+    figures = judge({"kind": "list", "device": "cpu", "entries": [{"value": 3}]})
+    assert "not a tensor" in figures["structure_error"] and _verdict(figures).verdict == Verdict.shape_mismatch
 
 
-def test_a_description_the_candidate_saved_is_shown_bounded(judge):
-    figures = judge(_saved("<" + "x" * 50_000 + ">"))
+def test_a_description_the_candidate_packed_is_shown_bounded(judge):
+    figures = judge({"kind": "other", "description": "<" + "x" * 50_000 + ">"})
     assert len(figures["structure_error"]) < 300
 
 
-def test_an_output_the_judge_cannot_open_is_the_submissions_and_a_missing_one_says_so(tmp_path):
-    """The candidate owns its outputs dir: a dir in a file's place, or an unreadable dir on the way, is a file_error
-    of the submission's; a file it never saved is a structure error, as before."""
-    side = Trusted()
-    (tmp_path / "out_0.pt").mkdir()
-    assert "out_0.pt" in side._read(tmp_path / "out_0.pt")["file_error"]
-    (tmp_path / "plain").write_text("x")
-    assert "file_error" in side._read(tmp_path / "plain" / "out_0.pt")  # a file where a dir should be: ENOTDIR
-    assert side._read(tmp_path / "none.pt") == {"structure_error": "the candidate saved no output for this call"}
+def test_no_output_is_a_structure_error(judge):
+    assert judge(None) == {"structure_error": "the candidate saved no output for this call"}
+
+
+def test_a_segment_shrunk_under_the_reader_reads_short_never_faults():
+    """The trusted side reads with preadv, never through a mapping: an (unsealed) segment the candidate shrank
+    after its reply reads short, the submission's runtime_error; a mapping read would have been SIGBUS, the
+    trusted process's death."""
+    fd = os.memfd_create("unsealed")
+    os.ftruncate(fd, 4096)
+    seg = exchange.Segment(fd, 4096, "cpu")
+    layout = exchange.pack(torch.ones(16, 16), seg)
+    os.ftruncate(fd, 0)
+    with pytest.raises(untrusted.UntrustedFile, match="it was shrunk"):
+        exchange.take(layout, seg, 1, torch.device("cpu"))
+    seg.close()
+
+
+def test_the_trusted_sides_segments_cannot_be_resized():
+    """Sealed: nobody (the candidate with its descriptor included) shrinks or grows them."""
+    seg = exchange.create(4096, "cpu")
+    for size in (0, 8192):
+        with pytest.raises(PermissionError):
+            os.ftruncate(seg.fd, size)
+    seg.close()
+
+
+def test_a_read_only_segment_handed_to_the_candidate_cannot_be_written_through_its_descriptor():
+    seg = exchange.create(4096, "cpu", writable=False)
+    fd = seg.shared_fd()
+    with pytest.raises(OSError):
+        os.pwrite(fd, b"x", 0)
+    mine = exchange.attach(seg.spec("inputs"), fd)
+    view = mine.view(0, 16)
+    view.fill_(7)  # a private, copy-on-write mapping: the writer's alone
+    assert exchange.Segment(seg.fd, 4096, "cpu").read(0, 16, torch.device("cpu")).sum() == 0
+    seg.close()
