@@ -82,6 +82,13 @@ class Trusted:
             ) from None
 
 
+def add_trusted_seconds(obs: Observations, command: str, reply: dict[str, Any]) -> None:
+    """Add a trusted reply's own step timings to `obs.trusted_seconds` (diagnostics)."""
+    for step, secs in (reply.get("seconds") or {}).items():
+        name = f"{command}.{step}"
+        obs.trusted_seconds[name] = round(obs.trusted_seconds.get(name, 0.0) + float(secs), 4)
+
+
 class CandidateStopped(Exception):
     """The candidate's process goes no further; `obs` says why."""
 
