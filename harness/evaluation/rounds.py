@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import artifacts, grading
-from harness.evaluation import windows
+from harness.evaluation import gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CheckHandoverCommand,
@@ -68,14 +68,17 @@ class TimedRounds:
     """The timed rounds of one evaluation. `deadline(calls, write_bytes)` is a candidate command's time limit over
     `calls` calls writing `write_bytes`; `phase(name)` closes a phase of the evaluation's (`obs.phases`); `seeds`
     draws the windows' seeds (the OS's, unless a run is reproduced); `draw` the rounds' order, the windows handed over
-    and their picks (the OS's: the candidate cannot predict them)."""
+    and their picks (the OS's: the candidate cannot predict them); `gpu_processes` lists the GPUs' compute processes,
+    asked whose work a long wait for an idle GPU waited out (gpu_sharing.py)."""
 
     def __init__(self, plan: RoundsPlan, trusted: Trusted, candidate: Candidate, obs: Observations, *,
                  deadline: Callable[[int, int], float], outputs_dir: Path, seeds: random.Random,
-                 phase: Callable[[str], None], draw: random.Random | None = None):
+                 phase: Callable[[str], None], draw: random.Random | None = None,
+                 gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes):
         self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
         self.deadline, self.outputs_dir, self.seeds, self.phase = deadline, outputs_dir, seeds, phase
         self.draw = draw or secrets.SystemRandom()
+        self.gpu_processes = gpu_processes
         self.kinds = list(plan.kinds)
         self.deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
         self.comparing = False  # the trusted side is comparing them (`handovers_compared` collects its answer)
@@ -205,24 +208,42 @@ class TimedRounds:
 
     def wait_idle(self) -> dict[str, Any] | None:
         """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
-        candidate, paused since its turn, left running), off the window's clock; how long is observed (it is what
-        grading._leftover_gpu_work judges) and returned. None where nothing is waited for."""
+        candidate, paused since its turn, left running), off the window's clock; how long is observed and returned,
+        with `shared` set where the wait was long and the work may not be the candidate's. None where nothing is
+        waited for."""
         limit_s = self.plan.idle_wait_s
         if self.plan.device != "cuda" or not limit_s:
             return None
         idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _IDLE_REPLY_SLACK_S)
-        self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
-        self.obs.gpu_busy_windows += bool(idle["busy"])
+        waited, busy = float(idle["waited_ms"]), bool(idle["busy"])
+        idle["shared"] = (busy or waited > grading.LEFTOVER_GPU_MS) and self._shared_gpu()
+        if idle["shared"]:  # whose work it was cannot be told: never the candidate's (gpu_sharing.py)
+            self.obs.gpu_shared_waits_ms.append(waited)
+            self.obs.gpu_shared_busy += busy
+        else:  # the candidate's, where long (grading._leftover_gpu_work)
+            self.obs.gpu_idle_waits_ms.append(waited)
+            self.obs.gpu_busy_windows += busy
         return idle
+
+    def _shared_gpu(self) -> bool:
+        """Whether processes other than the trusted side's and the candidate's compute on the evaluation's GPU now,
+        or whether that cannot be told; what was seen goes into `obs`."""
+        seen = gpu_sharing.ask(self.gpu_processes, self.trusted.processes(), self.candidate.processes())
+        self.obs.gpu_sharers = sorted({*self.obs.gpu_sharers, *seen.others})[:32]
+        self.obs.gpu_unattributed = self.obs.gpu_unattributed or seen.unknown
+        return seen.shared
 
     def reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
                          r: int = 0) -> tuple[float, dict[str, Any]] | None:
         """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
         when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint. One the paused
-        candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`."""
+        candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`; one that other
+        processes' GPU work may have disturbed is timed again too, and where every try was, the last is kept (the result
+        is marked shared_gpu, not ranked)."""
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
                                          keep_outputs=keep_outputs).model_dump(mode="json")
         window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
+        candidates = 0  # tries the candidate disturbed
         for attempt in range(DISTURBED_TRIES):
             if attempt:
                 self.wait_idle()
@@ -234,29 +255,36 @@ class TimedRounds:
                     raise
                 self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
                 return None
-            disturbed = self._disturbance(window, mark)
-            if disturbed is None:
+            disturbed, shared = self._disturbance(window, mark)
+            if disturbed is None and not shared:
                 return timed
-            self.obs.ran_while_paused.append(disturbed)
+            if disturbed is not None:
+                candidates += 1
+                self.obs.ran_while_paused.append(disturbed)
+        if not candidates:
+            return timed
         self.obs.ran_while_paused.append(f"{window} was disturbed {DISTURBED_TRIES} times: timing stopped")
         raise CandidateStopped
 
-    def _disturbance(self, window: str, mark: CpuMark | None) -> str | None:
+    def _disturbance(self, window: str, mark: CpuMark | None) -> tuple[str | None, bool]:
         """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
         its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
-        `wait_idle` did before it)."""
+        `wait_idle` did before it). Beside it, whether GPU work that may be other processes' ran after it (no line:
+        not the candidate's doing)."""
         used = self.candidate.cpu_used_us(mark)
         if used:
             self.obs.paused_cpu_windows += 1
             return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
-                    f"({self.obs.pause_method})")
+                    f"({self.obs.pause_method})"), False
         # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a window
         # are (grading._leftover_gpu_work names it), and the window is timed again.
         idle = self.wait_idle()
-        if idle is not None and (idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS):
-            return (f"{window}: another process's GPU work ran after it (the trusted side waited "
-                    f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
-        return None
+        if idle is None or not (idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS):
+            return None, False
+        if idle["shared"]:
+            return None, True
+        return (f"{window}: another process's GPU work ran after it (the trusted side waited "
+                f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})"), False
 
     def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
         """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them

@@ -5,11 +5,14 @@ without two processes."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness import grading
+from harness.evaluation.gpu_sharing import NvmlUnavailable
 from harness.evaluation.handles import CandidateStopped, TrustedFailed
 from harness.evaluation.protocol import handover_file
 from harness.evaluation.rounds import DISTURBED_TRIES, RoundsPlan, TimedRounds
@@ -17,6 +20,7 @@ from harness.sandbox.process import Message
 from harness.schema import Observations, Tolerance
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)
+TRUSTED_PID, CANDIDATE_PIDS, OTHER_PID = 1000, [2000, 2001], 3000
 FIGURES = {"index": 0, "got_type": "Tensor", "expected_shape": [2], "expected_dtype": "float32", "max_abs_err": 0.0}
 
 
@@ -52,6 +56,9 @@ class FakeTrusted:
             self.eager_seeds = list(command["seeds"])
         per_call = 0.0 if command["kind"] == "empty" else self.call_ms
         return 1.0 + per_call * len(command["seeds"]), {"host_ms": 1.0}
+
+    def processes(self) -> list[int]:
+        return [TRUSTED_PID]
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.commands.append(command["cmd"])
@@ -104,6 +111,9 @@ class FakeCandidate:
     def pause(self) -> None:
         self.pauses += 1
 
+    def processes(self) -> list[int]:
+        return CANDIDATE_PIDS
+
     def cpu_mark(self) -> int:
         return 0
 
@@ -116,13 +126,15 @@ class FakeCandidate:
 
 def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
-            traced: bool = False) -> tuple[TimedRounds, list[str]]:
+            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None
+            ) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
                       output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced)
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
                     deadline=lambda calls, write_bytes: 10.0, outputs_dir=candidate.outputs, seeds=random.Random(7),
-                    phase=phases.append, draw=random.Random(11))
+                    phase=phases.append, draw=random.Random(11),
+                    gpu_processes=gpu_processes or (lambda: [[TRUSTED_PID, *CANDIDATE_PIDS]]))
     return r, phases
 
 
@@ -238,3 +250,94 @@ def test_a_comparison_under_way_at_a_cut_short_end_is_let_finish(tmp_path):
     rounds.settle()
     assert trusted.pending is None and not rounds.comparing
     assert rounds.obs.timed_outputs is not None and not rounds.obs.timed_outputs.calls  # not recorded
+
+
+LONG = {"waited_ms": 38.5, "busy": False}
+STUCK = {"waited_ms": 10000.0, "busy": True}
+
+
+def _cuda_rounds(tmp_path: Path, idle: list[dict[str, Any]], gpu_processes: Callable[[], list[list[int]]],
+                 cpu_used: list[int] | None = None) -> TimedRounds:
+    return _rounds(tmp_path, FakeTrusted(idle=idle), FakeCandidate(tmp_path / "o", cpu_used=cpu_used), device="cuda",
+                   idle_wait_s=10.0, gpu_processes=gpu_processes)[0]
+
+
+def _flags(rounds: TimedRounds) -> list[str]:
+    """The result's flags, were the rest of the evaluation a clean pass (its trials are not these tests' business)."""
+    from tests.test_integrity_grading import TOL as GRADE_TOL
+    from tests.test_integrity_grading import _passing, _window_timing
+
+    o = rounds.obs
+    obs = _passing(candidate_timing=_window_timing(1.0)).model_copy(update={
+        k: getattr(o, k) for k in ("gpu_idle_waits_ms", "gpu_busy_windows", "gpu_shared_waits_ms", "gpu_shared_busy",
+                                   "gpu_sharers", "gpu_unattributed", "ran_while_paused", "paused_cpu_windows")})
+    return [f.check for f in grading.grade(obs, GRADE_TOL).flags]
+
+
+def test_gpu_work_with_only_the_candidate_beside_the_trusted_side_is_its_leftover_work(tmp_path):
+    """Before a reference window the wait took 38.5 ms, and after it 10 s, busy still: NVML lists only the trusted side
+    and the candidate on the GPU (another process on another GPU), so the work was the candidate's: the window is timed
+    again, and the result is leftover_gpu_work, as before."""
+    rounds = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, *CANDIDATE_PIDS], [OTHER_PID]])
+    rounds.wait_idle()
+    rounds.reference_window("eager", [1], [2])
+    assert rounds.obs.gpu_idle_waits_ms == [38.5, 10000.0, 0.06, 0.06] and rounds.obs.gpu_busy_windows == 1
+    assert len(rounds.obs.ran_while_paused) == 1
+    assert not rounds.obs.gpu_shared_waits_ms and rounds.obs.gpu_sharers == []
+    assert _flags(rounds)[:1] == ["leftover_gpu_work"]
+
+
+def test_gpu_work_with_another_process_on_the_gpu_is_a_shared_gpu_never_leftover_work(tmp_path):
+    """Another evaluation computes on the same GPU: the long waits are kept apart, the window after which the GPU was
+    busy is timed again without blaming the candidate, and the result is shared_gpu, not flagged."""
+    rounds = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, OTHER_PID, *CANDIDATE_PIDS]])
+    rounds.wait_idle()
+    assert rounds.reference_window("eager", [1], [2]) is not None
+    assert rounds.obs.gpu_shared_waits_ms == [38.5, 10000.0] and rounds.obs.gpu_shared_busy == 1
+    assert rounds.obs.gpu_idle_waits_ms == [0.06, 0.06] and rounds.obs.gpu_busy_windows == 0
+    assert rounds.obs.gpu_sharers == [OTHER_PID] and rounds.obs.ran_while_paused == []
+    assert _flags(rounds) == ["shared_gpu"]
+
+
+def test_a_window_other_processes_disturb_every_time_is_kept_and_marked_not_stopped(tmp_path):
+    rounds = _cuda_rounds(tmp_path, [STUCK, STUCK, STUCK, STUCK, STUCK], lambda: [[TRUSTED_PID, OTHER_PID]])
+    assert rounds.reference_window("eager", [1], [2]) is not None
+    assert rounds.obs.ran_while_paused == [] and _flags(rounds) == ["shared_gpu"]
+
+
+def test_the_candidates_cpu_time_while_paused_counts_against_it_on_a_shared_gpu_too(tmp_path):
+    rounds = _cuda_rounds(tmp_path, [], lambda: [[TRUSTED_PID, OTHER_PID]], cpu_used=[900])
+    rounds.reference_window("eager", [1], [2], r=2)
+    assert rounds.obs.paused_cpu_windows == 1 and _flags(rounds) == ["ran_while_paused"]
+
+
+def test_the_candidates_own_long_waits_beside_shared_ones_are_still_its_own(tmp_path):
+    """While another process came and went: the waits while it computed there are shared, the one while the GPU held
+    only the candidate's work is the candidate's."""
+    lists = iter([[[TRUSTED_PID, OTHER_PID, *CANDIDATE_PIDS]], [[TRUSTED_PID, *CANDIDATE_PIDS]]])
+    rounds = _cuda_rounds(tmp_path, [LONG, LONG], lambda: next(lists))
+    rounds.wait_idle()
+    rounds.wait_idle()
+    assert rounds.obs.gpu_shared_waits_ms == [38.5] and rounds.obs.gpu_idle_waits_ms == [38.5]
+    assert _flags(rounds) == ["leftover_gpu_work"]
+
+
+def test_without_nvml_long_waits_cannot_be_told_apart_and_never_blame_the_candidate(tmp_path):
+    def unavailable() -> list[list[int]]:
+        raise NvmlUnavailable("no NVML binding (the nvidia-ml-py package) in the harness's environment")
+
+    rounds = _cuda_rounds(tmp_path, [LONG], unavailable)
+    rounds.wait_idle()
+    rounds.wait_idle()  # short: NVML not asked, the candidate's as always
+    assert rounds.obs.gpu_shared_waits_ms == [38.5] and rounds.obs.gpu_idle_waits_ms == [0.06]
+    assert rounds.obs.gpu_unattributed is not None and "no NVML binding" in rounds.obs.gpu_unattributed
+    assert _flags(rounds) == ["shared_gpu"]
+
+
+def test_short_waits_never_ask_nvml(tmp_path):
+    def never() -> list[list[int]]:
+        raise AssertionError("asked")
+
+    rounds = _cuda_rounds(tmp_path, [{"waited_ms": 1.4, "busy": False}], never)
+    rounds.run()
+    assert rounds.obs.gpu_idle_waits_ms[0] == 1.4 and not rounds.obs.gpu_shared_waits_ms
