@@ -386,6 +386,21 @@ def _unreliable_timing(obs: Observations) -> str | None:
     return "; ".join(why) or None
 
 
+def _shared_gpu(obs: Observations) -> str | None:
+    """Why the windows were timed on a GPU shared with work that may not be the candidate's: waits for an idle GPU
+    that other processes' work (or work that could not be told apart) made long. Not the candidate's doing, so never
+    leftover_gpu_work; but what it did beside that work cannot be checked, and the GPU was not its alone."""
+    waits = obs.gpu_shared_waits_ms
+    if not waits and not obs.gpu_shared_busy:
+        return None
+    whose = (f"other processes on the GPU (host PIDs {', '.join(map(str, obs.gpu_sharers))})" if obs.gpu_sharers
+             else "work that could not be told apart from the candidate's"
+             + (f" ({obs.gpu_unattributed})" if obs.gpu_unattributed else ""))
+    return (f"timed on a shared GPU: {len(waits)} wait(s) for an idle GPU around reference windows outlasted "
+            f"{LEFTOVER_GPU_MS:g} ms (longest {max(waits, default=0.0):.4g} ms; busy still at the wait's limit: "
+            f"{obs.gpu_shared_busy}) with {whose}")
+
+
 def degenerate_at(obs: Observations, tol: Tolerance) -> list[str]:
     """The outputs that compute nothing (zeros, a constant, each row's mean) that would pass at `tol`."""
     return [t.kind for t in obs.trivial_outputs if t.outputs and all(within_tolerance(f, tol) for f in t.outputs)]
@@ -464,8 +479,9 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
                   f"{sol.bytes_per_s / 1e9:.0f} GB/s)")
         return _flagged("speed_of_light", "the reported time is below what this GPU can physically do", detail)
     unreliable = _unreliable_timing(obs)
+    shared = _shared_gpu(obs)
     # A speedup the windows cannot vouch for is neither ranked nor evidence: it is marked below, not held.
-    if s_compile is not None and s_compile > REVIEW_SPEEDUP_VS_COMPILE and unreliable is None:
+    if s_compile is not None and s_compile > REVIEW_SPEEDUP_VS_COMPILE and unreliable is None and shared is None:
         detail = f"{s_compile:.1f}x vs torch.compile (over {REVIEW_SPEEDUP_VS_COMPILE:g}x)"
         return _flagged("review_speedup", f"correct, {detail}: held for review before it is ranked", detail)
     figs = [o for t in obs.trials for o in t.outputs]
@@ -475,6 +491,8 @@ def _passed(obs: Observations, tol: Tolerance) -> Grade:
         flags.append(Flag(check="no_custom_kernel", detail=f"{_no_own_kernel(obs.kernels)}: passed, not ranked"))
     if unreliable is not None:
         flags.append(Flag(check="timing_unreliable", detail=unreliable + ": shown, not ranked"))
+    if shared is not None:
+        flags.append(Flag(check="shared_gpu", detail=shared + ": shown, not ranked"))
     trivial = degenerate_at(obs, tol)
     if trivial:
         flags.append(Flag(check="degenerate_tolerance", detail=f"{', '.join(trivial)} would pass at {tol} too: "

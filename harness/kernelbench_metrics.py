@@ -13,7 +13,7 @@ The definitions are those of KernelBench's analysis (`scripts/benchmark_eval_ana
 
 Where the harness adds to them, it says so by name:
 
-- a time the harness does not vouch for (`reporting.ranked`: timing_unreliable, no_custom_kernel,
+- a time the harness does not vouch for (`reporting.ranked`: timing_unreliable, shared_gpu, no_custom_kernel,
   degenerate_tolerance) is correct but never faster: it counts for fast_p at p = 0 only and in no geometric
   mean (KernelBench's script reading our export would count it by its runtime; `unvouched` says how many);
 - fast_0 is the correctness rate (KernelBench's is the share correct with a positive speedup: the same wherever

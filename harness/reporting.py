@@ -38,9 +38,11 @@ def ranked(verdict: str | None, flags: Iterable[str]) -> bool:
 
 def reference_vouched(verdict: str | None, flags: Iterable[str]) -> bool:
     """Whether a result's times of the reference (eager, torch.compile) are vouched for: it passed, and its windows
-    were not too noisy (timing_unreliable covers the reference's windows too). A flagged result's reference
-    windows may have run beside a candidate that did not stay idle; a failed one's were not checked as a pair."""
-    return verdict == "passed" and "timing_unreliable" not in flags
+    were not too noisy (timing_unreliable covers the reference's windows too) nor timed on a GPU shared with other
+    processes' work (shared_gpu). A flagged result's reference windows may have run beside a candidate that did not
+    stay idle; a failed one's were not checked as a pair."""
+    flags = list(flags)
+    return verdict == "passed" and "timing_unreliable" not in flags and "shared_gpu" not in flags
 
 
 class Scored(BaseModel):

@@ -324,6 +324,14 @@ class Observations(BaseModel):
     # at the wait's limit: GPU work the candidate left running after its reply.
     gpu_idle_waits_ms: list[float] = Field(default_factory=list)
     gpu_busy_windows: int = 0
+    # Waits longer than grading.LEFTOVER_GPU_MS (or busy still at the limit) while processes neither the candidate's
+    # nor the trusted side's computed on the same GPU, or while whose work it was could not be told (no NVML, or it
+    # listed none of the trusted side's processes: `gpu_unattributed` says why): not the candidate's, so kept here
+    # rather than in gpu_idle_waits_ms / gpu_busy_windows (evaluation/gpu_sharing.py). The result is marked shared_gpu.
+    gpu_shared_waits_ms: list[float] = Field(default_factory=list)
+    gpu_shared_busy: int = 0
+    gpu_sharers: list[int] = Field(default_factory=list)  # the other processes' host PIDs NVML listed on the GPU
+    gpu_unattributed: str | None = None
     # How the candidate was paused between its turns (sandbox/pause.py): "cgroup_freeze", "cgroup_v1_freezer" or
     # "ptrace"; None where it never was (and in results stored before: SIGSTOP, which its own SIGCONT timer lifted).
     pause_method: str | None = None
@@ -365,6 +373,8 @@ class Observations(BaseModel):
         if self.gpu_idle_waits_ms:
             out["gpu_idle_wait_max_ms"] = max(self.gpu_idle_waits_ms)
             out["gpu_idle_waits_over_1ms"] = sum(w > 1.0 for w in self.gpu_idle_waits_ms)
+        if self.gpu_shared_waits_ms:
+            out["gpu_shared_waits"] = len(self.gpu_shared_waits_ms)
         if self.timed_outputs is not None:
             check = self.timed_outputs
             out["handovers"] = len(check.handover_ms)

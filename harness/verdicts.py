@@ -59,5 +59,6 @@ def classify_exception(phase: Phase, exc_type: str, message: str) -> Verdict:
     return Verdict.runtime_error
 
 
-# Flags on a passed result that keep it off the leaderboard: it is correct, but not a kernel of its own.
-UNRANKED_CHECKS = frozenset({"no_custom_kernel", "timing_unreliable", "degenerate_tolerance"})
+# Flags on a passed result that keep it off the leaderboard: it is correct, but not a kernel of its own, or its time
+# is not vouched for (too noisy, or timed on a GPU shared with other processes' work).
+UNRANKED_CHECKS = frozenset({"no_custom_kernel", "timing_unreliable", "shared_gpu", "degenerate_tolerance"})

@@ -405,6 +405,34 @@ def test_a_candidate_that_ran_while_paused_is_flagged_with_the_window_and_its_cp
     assert [f.check for f in g.flags] == ["ran_while_paused"] and line in g.message and "14166 µs" in g.log_excerpt
 
 
+def test_waits_for_a_gpu_other_processes_share_mark_the_result_shared_gpu_shown_not_ranked_never_leftover_gpu_work():
+    """Four evaluations on one GPU: each one's waits for an idle GPU were long with the others' work. Those waits are
+    kept apart (the rounds asked NVML who computed on the GPU) and mark the result shared_gpu, not ranked, never
+    leftover_gpu_work. The same waits put down to the candidate alone are leftover_gpu_work, as before."""
+    honest = _passing(candidate_timing=_window_timing(1.0), gpu_idle_waits_ms=[0.06] * 20)
+    assert _checks(honest) == (Verdict.passed, [])
+    shared = honest.model_copy(update={"gpu_shared_waits_ms": [38.5, 61.0], "gpu_shared_busy": 1,
+                                       "gpu_sharers": [4242, 4343]})
+    g = grade(shared, TOL)
+    assert (g.verdict, [f.check for f in g.flags]) == (Verdict.passed, ["shared_gpu"])
+    assert "host PIDs 4242, 4343" in g.flags[0].detail and "longest 61 ms" in g.flags[0].detail
+    assert "shown, not ranked" in g.flags[0].detail
+    unknown = honest.model_copy(update={"gpu_shared_waits_ms": [38.5], "gpu_unattributed": "no NVML binding"})
+    g = grade(unknown, TOL)
+    assert [f.check for f in g.flags] == ["shared_gpu"] and "could not be told apart" in g.flags[0].detail
+    assert "(no NVML binding)" in g.flags[0].detail
+    # The candidate's own waits beside shared ones: its work, flagged.
+    both = shared.model_copy(update={"gpu_idle_waits_ms": [0.06] * 20 + [40.2]})
+    assert _checks(both) == (Verdict.flagged, ["leftover_gpu_work"])
+
+
+def test_a_shared_gpu_result_is_shown_and_left_off_the_ranking():
+    from harness.reporting import ranked, reference_vouched
+
+    assert not ranked("passed", ["shared_gpu"]) and ranked("passed", [])
+    assert not reference_vouched("passed", ["shared_gpu"]) and reference_vouched("passed", [])
+
+
 def test_gpu_work_left_running_through_a_reference_window_is_named_leftover_gpu_work_not_a_pause_that_failed():
     """Work the candidate queued on the GPU before its pause runs on beside the reference's window: the window is
     timed again, and the flag names the GPU work (the GPU suite saw `ran_while_paused` where the corpus expects

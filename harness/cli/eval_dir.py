@@ -66,7 +66,7 @@ def render(rep: batch_mod.EvalDirReport, console: Console) -> None:
 
 
 # Flags that keep a speedup from counting, shortened for the table; the JSON has every flag as it is.
-_SHORT = {"timing_unreliable": "unreliable time", "no_custom_kernel": "no custom kernel",
+_SHORT = {"timing_unreliable": "unreliable time", "shared_gpu": "shared GPU", "no_custom_kernel": "no custom kernel",
           "degenerate_tolerance": "degenerate tolerance", "precision_below_fp32": "lower precision"}
 
 

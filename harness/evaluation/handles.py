@@ -41,6 +41,10 @@ class Trusted:
         self.sent_at = 0.0
         self.in_sync = True  # every command sent has had its reply: the process can serve another evaluation
 
+    def processes(self) -> list[int]:
+        """The trusted side's processes (host PIDs, as the parent sees them)."""
+        return self.proc.processes()
+
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.send(command, timeout_s)
         return self.wait(reply).fields
@@ -80,6 +84,13 @@ class Trusted:
             raise TrustedFailed(
                 f"the trusted process ended (code {code}) during {cmd!r}:\n{self.proc.log_tail()}"
             ) from None
+
+
+def add_trusted_seconds(obs: Observations, command: str, reply: dict[str, Any]) -> None:
+    """Add a trusted reply's own step timings to `obs.trusted_seconds` (diagnostics)."""
+    for step, secs in (reply.get("seconds") or {}).items():
+        name = f"{command}.{step}"
+        obs.trusted_seconds[name] = round(obs.trusted_seconds.get(name, 0.0) + float(secs), 4)
 
 
 class CandidateStopped(Exception):
@@ -197,6 +208,11 @@ class Candidate:
             self.obs.pause_error = str(e)
             raise CandidateStopped from None
         self.obs.pause_method = self.proc.pause_method
+
+    def processes(self) -> list[int]:
+        """Every process of the candidate's now, one that left its process group too (host PIDs, as the parent sees
+        them)."""
+        return self.proc.processes()
 
     def cpu_mark(self) -> CpuMark | None:
         """Its CPU clock, while it is paused (None otherwise): `cpu_used_us` says what it used since."""

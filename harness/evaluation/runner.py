@@ -35,32 +35,25 @@ from pydantic import ValidationError
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.evaluation import windows
-from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
+from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CandidateRequest,
-    CheckHandoverCommand,
     Construct,
-    Fingerprint,
-    FingerprintCommand,
-    Handover,
     JudgeCommand,
-    JudgeHandoversCommand,
     LoadParameters,
     PrepareCommand,
     ProblemLoad,
-    ReferenceWindowCommand,
     RunTrial,
     StageCommand,
     TakeCommand,
     Trace,
-    Window,
 )
 from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant, with_small
+from harness.evaluation.rounds import RoundsPlan, TimedRounds
 from harness.evaluation.warm import SpareCandidate, TrustedPool, WarmTrusted
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import builds as build_dirs
 from harness.sandbox import capabilities, limits
-from harness.sandbox.pause import CpuMark
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
 from harness.schema import (
     DeterminismFigures,
@@ -74,7 +67,6 @@ from harness.schema import (
     SpeedOfLight,
     StateDictCopy,
     StaticFinding,
-    TimedOutputCheck,
     Tolerance,
     TrialFigures,
     TrivialOutput,
@@ -92,8 +84,6 @@ _CORRECTNESS_FLOOR_S = 30.0
 _WINDOW_FLOOR_S = 10.0
 _TRACE_FLOOR_S = 30.0  # CUPTI let go and the process's objects searched for Triton's compiled kernels
 _HEADROOM = 50.0  # times the reference's time per call
-# A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
-_DISTURBED_TRIES = 3
 # Writing outputs to the scratch disk is paid on top, at this pessimistic rate: a problem at its own size saves
 # gigabytes of trial outputs (KernelBench's level2/19: 7 of 2.2 GB), which no headroom over its calls covers.
 _SLOW_WRITE_BYTES_PER_S = 100e6
@@ -219,7 +209,10 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
             prepared = ev.prepared()
             ev.run_trials()
             if ev.judge() and options.timing:  # only a candidate judged correct is timed
-                ev.time_windows(prepared)
+                rounds = ev.timed_rounds(prepared)
+                rounds.run()
+                ev.speed_of_light(prepared)
+                rounds.compare_handovers()  # beside the candidate's trace and exit
                 ev.trace_kernels()
             ev.end_candidate()
             ev.handovers_judged()
@@ -258,8 +251,7 @@ class _Evaluation:
         self.forward_seeds: list[int] = []  # the trials', from the trusted side
         self.init_arg_count = 0  # the Model's init arguments, once the trusted side wrote them
         self.preparing = False  # the trusted side is still making the trials' inputs and outputs
-        self._deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
-        self.judging_handovers = False  # the trusted side is comparing them (`handovers_judged` collects it)
+        self.rounds: TimedRounds | None = None  # once the candidate is timed
         self.distributions: list[str] = []
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
         self.init_args: tuple[dict[str, Any], list[dict[str, Any]]] = ({}, [])  # layout, segments: for Construct
@@ -291,9 +283,9 @@ class _Evaluation:
         if self.trusted is not None and self.preparing:
             self.keep_trusted = False
             self.trusted.proc.kill()
-        if self.judging_handovers and self.trusted is not None and self.keep_trusted:
+        if self.rounds is not None and self.keep_trusted:
             try:
-                self.trusted.wait("handovers_checked")
+                self.rounds.settle()
             except TrustedFailed:
                 self.keep_trusted = False
         if self.warm is not None:
@@ -390,7 +382,7 @@ class _Evaluation:
         prepared = self.trusted.wait("prepared").fields
         self.preparing = False
         self._memory_plan(prepared)
-        self._trusted_seconds("prepare", prepared)
+        add_trusted_seconds(self.obs, "prepare", prepared)
         self.call_ms = float(prepared["call_ms"])
         self.output_bytes = int(prepared["output_bytes"])
         self.forward_seeds = list(prepared["forward_seeds"])
@@ -476,7 +468,7 @@ class _Evaluation:
             self.candidate.pause()
             taken = self.trusted.call(TakeCommand(trial=i, layout=f.get("output"), atol=self.tolerance.atol,
                                                   rtol=self.tolerance.rtol).model_dump(mode="json"), "taken")
-            self._trusted_seconds("take", taken)
+            add_trusted_seconds(self.obs, "take", taken)
         self.phases.end("candidate_trials")
 
     def judge(self) -> bool:
@@ -484,7 +476,7 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None
         judged = self.trusted.call(JudgeCommand(atol=self.tolerance.atol, rtol=self.tolerance.rtol
                                                 ).model_dump(mode="json"), "judged")
-        self._trusted_seconds("judge", judged)
+        add_trusted_seconds(self.obs, "judge", judged)
         self.phases.end("judge")
         self.obs.trials = [TrialFigures.model_validate({**t, "inputs": self.distributions[t["trial"]]})
                            for t in judged["trials"]]
@@ -493,263 +485,46 @@ class _Evaluation:
         self.obs.trivial_outputs = [TrivialOutput.model_validate(t) for t in judged.get("trivial") or []]
         return grading.correct_so_far(self.obs, self.tolerance)
 
-    def time_windows(self, prepared: dict[str, Any]) -> None:
-        """Rounds of timed windows on the parent's clock, each round on the same fresh seeds: the candidate's (then,
-        if the parent so draws, a hand-over of outputs it picks, judged by the trusted side), eager's, torch.compile's
-        and the empty window's, in an order drawn for each round so that no kind always follows the same one. Two
-        untimed rounds first warm every kind up; the windows are sized again after each, on the slower of the
-        candidate and eager (a one-call candidate window bounds the first: an honest kernel far slower than the
-        reference would overrun windows sized on the reference alone)."""
+    def timed_rounds(self, prepared: dict[str, Any]) -> TimedRounds:
+        """The timed rounds (rounds.py), planned from the reference's figures and the settings: windows of about the
+        device's target length, as many rounds as the options or settings ask, torch.compile timed where asked."""
         assert self.trusted is not None and self.candidate is not None and self.provenance is not None
         device = self.provenance.device
         window_ms = self.settings.window_ms_cuda if device == "cuda" else self.settings.window_ms_cpu
         io_bytes = prepared["output_bytes"] + prepared["input_bytes"]
-        calls = self._planned_calls(windows.calls_per_window(prepared["call_ms"], io_bytes, device, window_ms,
-                                                             prepared["window_cost_ms"]))
-        rounds = self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
-                                          else self.settings.timing_windows_cpu)
         mode = self.options.compile_baseline or self.settings.compile_baseline
-        kinds = ["candidate", "eager", "empty"] + (["compile"] if mode == "on" or (mode == "auto" and device == "cuda")
-                                                   else [])
-        walls: dict[str, list[float]] = {k: [] for k in kinds}
-        seen: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
-        check = self.obs.timed_outputs = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[device])
-        most = self._planned_calls(windows.most_calls(io_bytes, device))
-        by_eager = calls
-        one = [self._window_seeds.randrange(1 << 62) for _ in range(2)]
-        one_call_ms, _ = self._candidate_window(one[:1], one[1:], self._limit(_WINDOW_FLOOR_S, 1))
-        self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
-        calls = min(calls, windows.resize(1, one_call_ms, window_ms, most))
-        window_limit = self._limit(_WINDOW_FLOOR_S, calls)
-        chance = windows.check_chance(rounds, prepared["output_bytes"])
-        draw = secrets.SystemRandom()
-        traced = draw.randrange(rounds) if self._traces() else None  # the timed round whose window is traced
+        compiled = mode == "on" or (mode == "auto" and device == "cuda")
+        plan = RoundsPlan(
+            device=device, window_ms=window_ms,
+            rounds=self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
+                                            else self.settings.timing_windows_cpu),
+            kinds=("candidate", "eager", "empty") + (("compile",) if compiled else ()),
+            calls=self._planned_calls(windows.calls_per_window(prepared["call_ms"], io_bytes, device,
+                                                               window_ms, prepared["window_cost_ms"])),
+            most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
+            tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces())
+        self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
+                                  deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
+                                  seeds=self._window_seeds,
+                                  phase=self.phases.end)
+        return self.rounds
 
-        def phase(name: str) -> None:  # the timed rounds' time, split: the windows, and the checks between them
-            if r >= 0:
-                self.phases.end(name)
-
-        for r in range(-2, rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
-            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), then
-            # fixed: every timed window holds the same calls, the number its time is divided by.
-            if -2 < r <= 0:
-                by_eager = windows.resize(calls, walls["eager"][-1], window_ms, most)
-                calls = min(by_eager, windows.resize(calls, walls["candidate"][-1], window_ms, most))
-                window_limit = self._limit(_WINDOW_FLOOR_S, calls)
-            if r == 0:
-                for kind in kinds:
-                    walls[kind].clear()
-                    seen[kind].clear()
-            seeds = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
-            forward = [self._window_seeds.randrange(1 << 62) for _ in range(calls)]
-            key = self._window_seeds.randrange(1 << 62)  # the fingerprints': the candidate's once its window closed
-            got: list[list[float | None]] = []
-            reference: tuple[list[list[float | None]], list[list[float | None]]] = ([], [])
-            for kind in draw.sample(kinds, len(kinds)):
-                if kind == "candidate":
-                    if r == traced:
-                        self.candidate.begin_trace(r)
-                    ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced)
-                    phase("timed_windows")
-                    if r >= 0:  # right after the window, so that what it left undone is done on the parent's clock
-                        got = self._fingerprint(key, window_limit, check)
-                        phase("fingerprints")
-                        # Whether this window is handed over is drawn only now that it has closed (the last, if none
-                        # was).
-                        if draw.random() < chance or (r == rounds - 1 and not check.expected):
-                            self._handover(r, seeds, forward, check)
-                            phase("handovers")
-                    self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's
-                    phase("pauses")
-                else:
-                    self._wait_idle(device)
-                    phase("idle_waits")
-                    timed = self._reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r)
-                    phase("timed_windows")
-                    if timed is None:  # torch.compile failed: no compile baseline (obs says why)
-                        kinds.remove(kind)
-                        continue
-                    ms, said = timed
-                    if kind == "eager" and r >= 0:
-                        reference = self._reference_fingerprint(key, check)
-                        phase("fingerprints")
-                walls[kind].append(ms)
-                seen[kind].append(said)
-            if r >= 0:
-                check.fingerprinted += sum(len(row) for row in reference[0])
-                check.fingerprint_mismatches += windows.fingerprint_mismatches(r, calls, got, *reference)
-                deviation, terms = windows.fingerprint_deviation(got, *reference)
-                check.fingerprint_deviation += deviation
-                check.fingerprint_terms += terms
-            self.phases.end("timing_warmup" if r < 0 else "timed_windows")
-        # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
-        # last about their target when timed, or a faster reply of its own counts for more of each short window.
-        self.obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], window_ms)
-        series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in kinds}
-        # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
-        assert check.handover_slack_ms is not None
-        series["candidate"].charged_ms = windows.fingerprint_charges(
-            check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_own_ms,
-            grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms)
-        self.obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
-        self.obs.eager_timing = windows.stats(series["eager"], series["empty"])
-        if "compile" in kinds:
-            self.obs.compile_timing = windows.stats(series["compile"], series["empty"])
-        if device == "cuda":
+    def speed_of_light(self, prepared: dict[str, Any]) -> None:
+        """On CUDA, the GPU's measured peaks beside the problem's FLOP and byte counts: the floor no time may beat."""
+        assert self.trusted is not None and self.provenance is not None
+        if self.provenance.device == "cuda":
             peaks = self.trusted.call({"cmd": "peaks"}, "peaks")
             variant = self.spec.size(self.size)
             # Every output element must be written: its bytes are a floor even where the problem names none.
             min_bytes = max(variant.min_bytes_at(self.options.precision) or 0, prepared["output_bytes"])
             self.obs.speed_of_light = SpeedOfLight(flops=variant.flops, min_bytes=min_bytes, **peaks)
         self.phases.end("peaks")
-        if self._deferred:  # compared from now on, while the candidate is traced and ends (`handovers_judged`)
-            self.trusted.send(JudgeHandoversCommand(atol=self.tolerance.atol, rtol=self.tolerance.rtol
-                                                    ).model_dump(mode="json"))
-            self.judging_handovers = True
-
-    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float, trace: bool = False
-                          ) -> tuple[float, dict[str, Any]]:
-        """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim). With
-        `trace`, the kernels it launched come with it (`Candidate.begin_trace`)."""
-        assert self.candidate is not None
-        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds, trace=trace), limit_s,
-                                       Phase.timing)
-        return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
-
-    def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> list[list[float | None]]:
-        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what
-        it takes beyond the trusted side's fingerprints of the same outputs is charged to the window)."""
-        assert self.candidate is not None
-        assert self.trusted is not None
-        reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
-        check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late),
-        # with the candidate stopped: nothing it starts after its reply delays the trusted side's wake-up.
-        self.candidate.pause()
-        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
-        check.fingerprint_latency_ms.append(round(latency_ms, 4))
-        return list(reply.fields["sums"])
-
-    def _reference_fingerprint(self, key: int, check: TimedOutputCheck
-                               ) -> tuple[list[list[float | None]], list[list[float | None]]]:
-        """The trusted side fingerprints eager's outputs of the same seeds under the same key: what an honest
-        fingerprint costs (its own clock's fingerprint step) and what it must come to."""
-        assert self.trusted is not None
-        wall_ms, done = self.trusted.timed_call(FingerprintCommand(
-            key=key, atol=self.tolerance.atol, rtol=self.tolerance.rtol).model_dump(mode="json"), "fingerprinted")
-        self._trusted_seconds("fingerprint", done)
-        check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
-        check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
-        return list(done["sums"]), list(done["scales"])
-
-    def _wait_idle(self, device: str) -> dict[str, Any] | None:
-        """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
-        candidate, paused since its turn, left running), off the window's clock; how long is observed (it is what
-        grading._leftover_gpu_work judges) and returned. None where nothing is waited for."""
-        assert self.trusted is not None
-        limit_s = self.settings.gpu_idle_wait_s
-        if device != "cuda" or not limit_s:
-            return None
-        idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _WINDOW_FLOOR_S)
-        self.obs.gpu_idle_waits_ms.append(float(idle["waited_ms"]))
-        self.obs.gpu_busy_windows += bool(idle["busy"])
-        return idle
-
-    def _reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
-                          r: int = 0) -> tuple[float, dict[str, Any]] | None:
-        """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
-        when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint. One the paused
-        candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`."""
-        assert self.trusted is not None and self.candidate is not None and self.provenance is not None
-        command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
-                                         keep_outputs=keep_outputs).model_dump(mode="json")
-        window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
-        for attempt in range(_DISTURBED_TRIES):
-            if attempt:
-                self._wait_idle(self.provenance.device)
-            mark = self.candidate.cpu_mark()
-            try:
-                timed = self.trusted.timed_call(command, "window_done")
-            except TrustedFailed as e:
-                if kind != "compile":
-                    raise
-                self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
-                return None
-            disturbed = self._disturbance(window, mark)
-            if disturbed is None:
-                return timed
-            self.obs.ran_while_paused.append(disturbed)
-        self.obs.ran_while_paused.append(f"{window} was disturbed {_DISTURBED_TRIES} times: timing stopped")
-        raise CandidateStopped
-
-    def _disturbance(self, window: str, mark: CpuMark | None) -> str | None:
-        """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
-        its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
-        `_wait_idle` did before it)."""
-        assert self.candidate is not None and self.trusted is not None and self.provenance is not None
-        used = self.candidate.cpu_used_us(mark)
-        if used:
-            self.obs.paused_cpu_windows += 1
-            return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
-                    f"({self.obs.pause_method})")
-        # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a window
-        # are (grading._leftover_gpu_work names it), and the window is timed again.
-        idle = self._wait_idle(self.provenance.device)
-        if idle is not None and (idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS):
-            return (f"{window}: another process's GPU work ran after it (the trusted side waited "
-                    f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})")
-        return None
-
-    def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
-        """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
-        (their time on the parent's clock is a diagnostic: the fingerprints before it needed every output, so nothing
-        is left to compute, and what they took beyond the trusted side's is charged to the window); the
-        trusted side judges them element by element on the same seeds."""
-        assert self.trusted is not None and self.candidate is not None
-        calls = len(seeds)
-        picks = sorted(secrets.SystemRandom().sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
-        check.expected += len(picks)
-        reply = self.candidate.request(Handover(window=window, picks=picks),
-                                       self._limit(_WINDOW_FLOOR_S, calls, len(picks) * self.output_bytes),
-                                       Phase.timing)
-        check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        self.candidate.pause()  # read by the trusted side as handed over, not as rewritten since
-        said = reply.fields["layouts"]  # the candidate's: one per pick, or it reported fewer
-        layouts = [said[k] if k < len(said) else None for k in range(len(picks))]
-        # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
-        # kept for that stay within HANDOVER_BYTES; else compared now.
-        defer = (len(self._deferred) + len(picks)) * self.output_bytes <= windows.HANDOVER_BYTES
-        checked = self.trusted.call(CheckHandoverCommand(
-            layouts=layouts, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
-            atol=self.tolerance.atol, rtol=self.tolerance.rtol, defer=defer).model_dump(mode="json"),
-            "handover_checked")
-        self._trusted_seconds("handover", checked)
-        check.reported += sum(layout is not None for layout in layouts)
-        numbers = [window * calls + j for j in picks]
-        if defer:
-            self._deferred += numbers
-        else:
-            self._record_handover(numbers, checked["checks"])
-
-    def _record_handover(self, numbers: list[int], checks: list[dict[str, Any]]) -> None:
-        check = self.obs.timed_outputs
-        assert check is not None
-        for n, figures in zip(numbers, checks, strict=True):
-            check.checked.append(n)
-            check.calls.append(TrialFigures.model_validate({**figures, "trial": n, "inputs": "timed window"}))
 
     def handovers_judged(self) -> None:
         """The hand-overs read during the timed rounds and left to compare, compared: the trusted side did so while
         the candidate's process was traced and ended."""
-        if not self.judging_handovers:
-            return
-        assert self.trusted is not None
-        judged = self.trusted.wait("handovers_checked").fields
-        self.judging_handovers = False
-        self._trusted_seconds("handover", judged)
-        numbers, self._deferred = self._deferred, []
-        self._record_handover(numbers, judged["checks"])
-        self.phases.end("handovers")
+        if self.rounds is not None and self.rounds.handovers_compared():
+            self.phases.end("handovers")
 
     def _traces(self) -> bool:
         assert self.provenance is not None
@@ -793,12 +568,6 @@ class _Evaluation:
             for fd in fds:
                 os.close(fd)
         return specs
-
-    def _trusted_seconds(self, command: str, reply: dict[str, Any]) -> None:
-        """Add a trusted reply's own step timings to `obs.trusted_seconds` (diagnostics)."""
-        for step, secs in (reply.get("seconds") or {}).items():
-            name = f"{command}.{step}"
-            self.obs.trusted_seconds[name] = round(self.obs.trusted_seconds.get(name, 0.0) + float(secs), 4)
 
     def _limit(self, floor_s: float, calls: int, write_bytes: int = 0) -> float:
         return command_deadline(floor_s, calls, self.call_ms, write_bytes, self.run_limit)

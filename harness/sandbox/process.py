@@ -155,6 +155,15 @@ class ChildProcess:
             self._pause = pause_for(self.jail, self.proc)
         self._pause.stop()
 
+    def processes(self) -> list[int]:
+        """Every process the child runs now, by PID as this process sees them: its jail's (by cgroup or sandbox uid,
+        one that left the process group too), else its session's and its descendants; the child itself always."""
+        if self.jail is not None and (self.jail.cgroups or self.jail.uid is not None):
+            pids = self.jail.processes()
+        else:
+            pids = pause.session_processes(self.proc.pid)
+        return sorted({self.proc.pid, *pids})
+
     @property
     def pause_method(self) -> str | None:
         """How `pause` holds this child ("cgroup_freeze", "cgroup_v1_freezer", "ptrace"); None before its first."""

@@ -206,7 +206,7 @@ def report(db: Database, batch: str, gens: list[Generation], *, run: str, folder
         thresholds=list(reporting.FAST_P_THRESHOLDS),
         fast_p_basis="the harness's fast_p: the best sample of each problem; problems are those with a result; a "
                      "speedup counts above p = 0 only where its time is vouched for (no timing_unreliable, "
-                     "no_custom_kernel or degenerate_tolerance flag)",
+                     "shared_gpu, no_custom_kernel or degenerate_tolerance flag)",
         problems=problems, not_evaluated=[g.path.name for g in gens if g.spec is None],
         fast_p=fast_p_by_device(results))
 

@@ -88,6 +88,26 @@ def test_a_passed_result_without_a_custom_kernel_counts_for_fast_p_but_is_not_ra
     assert bob["correct"] == 1
 
 
+def test_a_result_timed_on_a_shared_gpu_is_shown_but_not_ranked(client, db):
+    """Its windows ran while other processes' work kept the GPU busy (shared_gpu): passed, counted correct for fast_p,
+    shown on the problem page with its mark, and given no rank."""
+    import re
+
+    from harness.schema import Flag
+
+    honest = seed(db, eval_result(candidate_ms=1.0, eager_ms=2.0), submitter="alice", model="m1")
+    shared = seed(db, eval_result(candidate_ms=0.5, eager_ms=2.0).model_copy(update={"flags": [Flag(
+        check="shared_gpu", detail="timed on a shared GPU: 2 wait(s) ... with other processes on the GPU (host PIDs "
+                                   "4242): shown, not ranked")]}), submitter="bob", model="m2")
+    got = client.get("/api/leaderboard?problem=level2/75").json()["gpu"]
+    assert [r["submitter"] for r in got["rows"]] == ["alice"]
+    assert {(r["submitter"], r["model"]): r for r in got["fast_p"]}[("bob", "m2")]["correct"] == 1
+    page = client.get("/problems/level2/75").text
+    ranks = dict(re.findall(r'<tr data-id="(\d+)"[^>]*>\s*<td class="num">(\d*)</td>', page))
+    assert ranks == {str(honest): "1", str(shared): ""}
+    assert "shared_gpu" in client.get(f"/submissions/{shared}").text
+
+
 def test_on_a_cpu_only_service_nothing_that_never_ran_reaches_the_gpu_board(client, db):
     seed(db, eval_result(candidate_ms=0.5, eager_ms=1.0, device="cpu", compile_ms=None), submitter="cat")
     never_ran = eval_result(problem="gemm-groupnorm-hardtanh", kb="level2/30", static_error="no code", device=None)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,7 @@ from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import get_registry
 from harness.sandbox import cgroups, pause, process
 from harness.verdicts import Verdict
-
-from ..evaluation.test_corpus import _held_whatever_it_signals
+from tests.evaluation.test_corpus import _held_whatever_it_signals
 
 ROOT = Path(__file__).parents[2]
 SPIN_S = 0.4
@@ -292,25 +290,27 @@ class _FakeCandidate:
 
 
 def _evaluation(used: list[int]):
-    from harness.config import Settings
-    from harness.evaluation.runner import _Evaluation
-    from harness.schema import Observations, Provenance
+    """The timed rounds of a CPU evaluation, in this process, over a fake trusted side and a fake paused candidate."""
+    import random
 
-    ev = _Evaluation.__new__(_Evaluation)
-    ev.trusted, ev.candidate, ev.settings = _FakeTrusted(), _FakeCandidate(used), Settings()
-    ev.obs = Observations(pause_method="cgroup_freeze")
-    ev.provenance = Provenance(harness_version="t", device="cpu", device_name="cpu", torch_version="t",
-                               python_version="3", hostname="h", started_at=datetime.now(timezone.utc))
-    return ev
+    from harness.evaluation.rounds import RoundsPlan, TimedRounds
+    from harness.schema import Observations, Tolerance
+
+    plan = RoundsPlan(device="cpu", rounds=3, kinds=("candidate", "eager", "empty"), window_ms=50.0, calls=1,
+                      most_calls=1, output_bytes=4, tolerance=Tolerance(atol=1e-4, rtol=1e-4), idle_wait_s=0.0,
+                      traced=False)
+    return TimedRounds(plan, _FakeTrusted(), _FakeCandidate(used), Observations(pause_method="cgroup_freeze"),
+                       deadline=lambda calls, write_bytes: 10.0, outputs_dir=Path("/nonexistent"),
+                       seeds=random.Random(1), phase=lambda name: None)
 
 
 def test_a_reference_window_the_candidate_disturbed_is_timed_again_and_only_the_clean_one_counts():
     """The window during which the paused candidate used CPU is not the one whose time is kept: it is timed again on
     the same seeds, and the line says which window and how many µs."""
     ev = _evaluation([0])
-    assert ev._reference_window("eager", [1], [2], r=0) == (51.0, {"window": 1}) and not ev.obs.ran_while_paused
+    assert ev.reference_window("eager", [1], [2], r=0) == (51.0, {"window": 1}) and not ev.obs.ran_while_paused
     ev = _evaluation([7, 0])
-    assert ev._reference_window("eager", [1], [2], r=3) == (52.0, {"window": 2})
+    assert ev.reference_window("eager", [1], [2], r=3) == (52.0, {"window": 2})
     assert ev.obs.ran_while_paused == ["the eager window of round 3: the candidate's processes used 7 µs of CPU "
                                        "while paused (cgroup_freeze)"]
 
@@ -320,6 +320,6 @@ def test_a_reference_window_disturbed_every_time_stops_the_timing():
 
     ev = _evaluation([900, 800, 700])
     with pytest.raises(CandidateStopped):
-        ev._reference_window("empty", [1], [2], r=-1)
+        ev.reference_window("empty", [1], [2], r=-1)
     assert len(ev.obs.ran_while_paused) == 4 and ev.trusted.windows == 3
     assert ev.obs.ran_while_paused[-1] == "the empty window of warm-up round -1 was disturbed 3 times: timing stopped"

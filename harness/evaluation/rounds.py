@@ -1,0 +1,345 @@
+"""The timed rounds of an evaluation, driven from the parent: its own object, given its collaborators. No torch.
+
+Each round opens a window of every kind on the same fresh seeds (the candidate's, eager's, torch.compile's and the
+empty one's, in an order drawn for the round), on the parent's clock. After the candidate's window it fingerprints
+that window's outputs (what it takes beyond the trusted side's same work is charged to the window) and, where the
+parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
+paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
+CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Two untimed rounds
+first warm every kind up and size the windows.
+
+`TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
+into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
+it: `run`, then `compare_handovers` and `handovers_compared` around the candidate's trace and exit.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness import grading
+from harness.evaluation import gpu_sharing, windows
+from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
+from harness.evaluation.protocol import (
+    CheckHandoverCommand,
+    Fingerprint,
+    FingerprintCommand,
+    Handover,
+    JudgeHandoversCommand,
+    ReferenceWindowCommand,
+    Window,
+)
+from harness.sandbox.pause import CpuMark
+from harness.schema import Observations, TimedOutputCheck, Tolerance, TrialFigures
+from harness.verdicts import Phase
+
+# A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
+DISTURBED_TRIES = 3
+# The trusted side answers a wait for an idle GPU within the wait's own limit; this much more is its reply's slack.
+_IDLE_REPLY_SLACK_S = 10.0
+
+Fingerprints = list[list[float | None]]
+
+
+@dataclass(frozen=True)
+class RoundsPlan:
+    """What the rounds are: how many, of which kinds, how long a window should last, on which device."""
+
+    device: str  # cuda | cpu
+    rounds: int  # timed rounds, after two warm-up rounds
+    kinds: tuple[str, ...]  # candidate, eager, empty, and compile where torch.compile is a baseline
+    window_ms: float  # what a window should last
+    calls: int  # a window's calls at the reference's speed (windows.calls_per_window), before any is timed
+    most_calls: int  # what memory allows (windows.most_calls)
+    output_bytes: int  # one call's outputs
+    tolerance: Tolerance
+    idle_wait_s: float  # on CUDA, how long the trusted side may wait for an idle GPU around a reference window; 0: not
+    traced: bool  # one timed window of the candidate's is traced (its launches arrive with it)
+
+
+class TimedRounds:
+    """The timed rounds of one evaluation. `deadline(calls, write_bytes)` is a candidate command's time limit over
+    `calls` calls writing `write_bytes`; `phase(name)` closes a phase of the evaluation's (`obs.phases`); `seeds`
+    draws the windows' seeds (the OS's, unless a run is reproduced); `draw` the rounds' order, the windows handed over
+    and their picks (the OS's: the candidate cannot predict them); `gpu_processes` lists the GPUs' compute processes,
+    asked whose work a long wait for an idle GPU waited out (gpu_sharing.py)."""
+
+    def __init__(self, plan: RoundsPlan, trusted: Trusted, candidate: Candidate, obs: Observations, *,
+                 deadline: Callable[[int, int], float], seeds: random.Random,
+                 phase: Callable[[str], None], draw: random.Random | None = None,
+                 gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes):
+        self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
+        self.deadline, self.seeds, self.phase = deadline, seeds, phase
+        self.draw = draw or secrets.SystemRandom()
+        self.gpu_processes = gpu_processes
+        self.kinds = list(plan.kinds)
+        self.deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
+        self.comparing = False  # the trusted side is comparing them (`handovers_compared` collects its answer)
+
+    def run(self) -> None:
+        """The warm-up rounds, then the timed ones; the kinds' timing figures into `obs`. Each window is sized again
+        after each warm-up round on the slower of the candidate and eager (a one-call candidate window bounds the
+        first: an honest kernel far slower than the reference would overrun windows sized on the reference alone)."""
+        p, obs = self.plan, self.obs
+        walls: dict[str, list[float]] = {k: [] for k in self.kinds}
+        seen: dict[str, list[dict[str, Any]]] = {k: [] for k in self.kinds}
+        check = obs.timed_outputs = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[p.device])
+        one = [self.seeds.randrange(1 << 62) for _ in range(2)]
+        one_call_ms, _ = self._candidate_window(one[:1], one[1:], self.deadline(1, 0))
+        self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
+        by_eager = p.calls
+        calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls))
+        chance = windows.check_chance(p.rounds, p.output_bytes)
+        traced = self.draw.randrange(p.rounds) if p.traced else None  # the timed round whose window is traced
+        for r in range(-2, p.rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
+            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), then
+            # fixed: every timed window holds the same calls, the number its time is divided by.
+            if -2 < r <= 0:
+                by_eager = windows.resize(calls, walls["eager"][-1], p.window_ms, p.most_calls)
+                calls = min(by_eager, windows.resize(calls, walls["candidate"][-1], p.window_ms, p.most_calls))
+            if r == 0:
+                for kind in self.kinds:
+                    walls[kind].clear()
+                    seen[kind].clear()
+            self._round(r, calls, traced, chance, walls, seen, check)
+            self.phase("timing_warmup" if r < 0 else "timed_windows")
+        # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
+        # last about their target when timed, or a faster reply of its own counts for more of each short window.
+        obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], p.window_ms)
+        series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in self.kinds}
+        # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
+        assert check.handover_slack_ms is not None
+        series["candidate"].charged_ms = windows.fingerprint_charges(
+            check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_own_ms,
+            grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms)
+        obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
+        obs.eager_timing = windows.stats(series["eager"], series["empty"])
+        if "compile" in self.kinds:
+            obs.compile_timing = windows.stats(series["compile"], series["empty"])
+
+    def _round(self, r: int, calls: int, traced: int | None, chance: float, walls: dict[str, list[float]],
+               seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck) -> None:
+        """Round `r`: every kind's window on the same fresh seeds, in a drawn order; in a timed round, the candidate's
+        fingerprints (and perhaps a hand-over) and eager's, compared."""
+        window_limit = self.deadline(calls, 0)
+        seeds = [self.seeds.randrange(1 << 62) for _ in range(calls)]
+        forward = [self.seeds.randrange(1 << 62) for _ in range(calls)]
+        key = self.seeds.randrange(1 << 62)  # the fingerprints': the candidate's once its window closed
+        got: Fingerprints = []
+        reference: tuple[Fingerprints, Fingerprints] = ([], [])
+
+        def phase(name: str) -> None:  # the timed rounds' time, split: the windows, and the checks between them
+            if r >= 0:
+                self.phase(name)
+
+        for kind in self.draw.sample(self.kinds, len(self.kinds)):
+            if kind == "candidate":
+                if r == traced:
+                    self.candidate.begin_trace(r)
+                ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced)
+                phase("timed_windows")
+                if r >= 0:  # right after the window, so that what it left undone is done on the parent's clock
+                    got = self._fingerprint(key, window_limit, check)
+                    phase("fingerprints")
+                    # Whether this window is handed over is drawn only now that it has closed (the last, if none was).
+                    if self.draw.random() < chance or (r == self.plan.rounds - 1 and not check.expected):
+                        self._handover(r, seeds, forward, check)
+                        phase("handovers")
+                self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's
+                phase("pauses")
+            else:
+                self.wait_idle()
+                phase("idle_waits")
+                timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r)
+                phase("timed_windows")
+                if timed is None:  # torch.compile failed: no compile baseline (obs says why)
+                    self.kinds.remove(kind)
+                    continue
+                ms, said = timed
+                if kind == "eager" and r >= 0:
+                    reference = self._reference_fingerprint(key, check)
+                    phase("fingerprints")
+            walls[kind].append(ms)
+            seen[kind].append(said)
+        if r >= 0:
+            check.fingerprinted += sum(len(row) for row in reference[0])
+            check.fingerprint_mismatches += windows.fingerprint_mismatches(r, calls, got, *reference)
+            deviation, terms = windows.fingerprint_deviation(got, *reference)
+            check.fingerprint_deviation += deviation
+            check.fingerprint_terms += terms
+
+    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float, trace: bool = False
+                          ) -> tuple[float, dict[str, Any]]:
+        """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim). With
+        `trace`, the kernels it launched come with it (`Candidate.begin_trace`)."""
+        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds, trace=trace), limit_s,
+                                       Phase.timing)
+        return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
+
+    def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> Fingerprints:
+        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what
+        it takes beyond the trusted side's fingerprints of the same outputs is charged to the window)."""
+        reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
+        check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late),
+        # with the candidate stopped: nothing it starts after its reply delays the trusted side's wake-up.
+        self.candidate.pause()
+        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
+        check.fingerprint_latency_ms.append(round(latency_ms, 4))
+        return list(reply.fields["sums"])
+
+    def _reference_fingerprint(self, key: int, check: TimedOutputCheck) -> tuple[Fingerprints, Fingerprints]:
+        """The trusted side fingerprints eager's outputs of the same seeds under the same key: what an honest
+        fingerprint costs (its own clock's fingerprint step) and what it must come to."""
+        tol = self.plan.tolerance
+        wall_ms, done = self.trusted.timed_call(FingerprintCommand(key=key, atol=tol.atol, rtol=tol.rtol)
+                                                .model_dump(mode="json"), "fingerprinted")
+        add_trusted_seconds(self.obs, "fingerprint", done)
+        check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
+        check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
+        return list(done["sums"]), list(done["scales"])
+
+    def wait_idle(self) -> dict[str, Any] | None:
+        """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
+        candidate, paused since its turn, left running), off the window's clock; how long is observed and returned,
+        with `shared` set where the wait was long and the work may not be the candidate's. None where nothing is
+        waited for."""
+        limit_s = self.plan.idle_wait_s
+        if self.plan.device != "cuda" or not limit_s:
+            return None
+        idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _IDLE_REPLY_SLACK_S)
+        waited, busy = float(idle["waited_ms"]), bool(idle["busy"])
+        idle["shared"] = (busy or waited > grading.LEFTOVER_GPU_MS) and self._shared_gpu()
+        if idle["shared"]:  # whose work it was cannot be told: never the candidate's (gpu_sharing.py)
+            self.obs.gpu_shared_waits_ms.append(waited)
+            self.obs.gpu_shared_busy += busy
+        else:  # the candidate's, where long (grading._leftover_gpu_work)
+            self.obs.gpu_idle_waits_ms.append(waited)
+            self.obs.gpu_busy_windows += busy
+        return idle
+
+    def _shared_gpu(self) -> bool:
+        """Whether processes other than the trusted side's and the candidate's compute on the evaluation's GPU now,
+        or whether that cannot be told; what was seen goes into `obs`."""
+        seen = gpu_sharing.ask(self.gpu_processes, self.trusted.processes(), self.candidate.processes())
+        self.obs.gpu_sharers = sorted({*self.obs.gpu_sharers, *seen.others})[:32]
+        self.obs.gpu_unattributed = self.obs.gpu_unattributed or seen.unknown
+        return seen.shared
+
+    def reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
+                         r: int = 0) -> tuple[float, dict[str, Any]] | None:
+        """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
+        when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint. One the paused
+        candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`; one that other
+        processes' GPU work may have disturbed is timed again too, and where every try was, the last is kept (the result
+        is marked shared_gpu, not ranked)."""
+        command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
+                                         keep_outputs=keep_outputs).model_dump(mode="json")
+        window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
+        candidates = 0  # tries the candidate disturbed
+        for attempt in range(DISTURBED_TRIES):
+            if attempt:
+                self.wait_idle()
+            mark = self.candidate.cpu_mark()
+            try:
+                timed = self.trusted.timed_call(command, "window_done")
+            except TrustedFailed as e:
+                if kind != "compile":
+                    raise
+                self.obs.compile_baseline_error = str(e).strip().splitlines()[-1][:2000]
+                return None
+            disturbed, shared = self._disturbance(window, mark)
+            if disturbed is None and not shared:
+                return timed
+            if disturbed is not None:
+                candidates += 1
+                self.obs.ran_while_paused.append(disturbed)
+        if not candidates:
+            return timed
+        self.obs.ran_while_paused.append(f"{window} was disturbed {DISTURBED_TRIES} times: timing stopped")
+        raise CandidateStopped
+
+    def _disturbance(self, window: str, mark: CpuMark | None) -> tuple[str | None, bool]:
+        """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
+        its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
+        `wait_idle` did before it). Beside it, whether GPU work that may be other processes' ran after it (no line:
+        not the candidate's doing)."""
+        used = self.candidate.cpu_used_us(mark)
+        if used:
+            self.obs.paused_cpu_windows += 1
+            return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
+                    f"({self.obs.pause_method})"), False
+        # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a window
+        # are (grading._leftover_gpu_work names it), and the window is timed again.
+        idle = self.wait_idle()
+        if idle is None or not (idle["busy"] or float(idle["waited_ms"]) > grading.LEFTOVER_GPU_MS):
+            return None, False
+        if idle["shared"]:
+            return None, True
+        return (f"{window}: another process's GPU work ran after it (the trusted side waited "
+                f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})"), False
+
+    def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
+        """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
+        (their time on the parent's clock is a diagnostic: the fingerprints before it needed every output, so nothing
+        is left to compute, and what they took beyond the trusted side's is charged to the window); the
+        trusted side judges them element by element on the same seeds."""
+        calls, output_bytes, tol = len(seeds), self.plan.output_bytes, self.plan.tolerance
+        picks = sorted(self.draw.sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
+        check.expected += len(picks)
+        reply = self.candidate.request(Handover(window=window, picks=picks),
+                                       self.deadline(calls, len(picks) * output_bytes), Phase.timing)
+        check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
+        self.candidate.pause()  # read by the trusted side as handed over, not as rewritten since
+        said = reply.fields["layouts"]  # the candidate's: one per pick, or it reported fewer
+        layouts = [said[k] if k < len(said) else None for k in range(len(picks))]
+        # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
+        # kept for that stay within HANDOVER_BYTES; else compared now.
+        defer = (len(self.deferred) + len(picks)) * output_bytes <= windows.HANDOVER_BYTES
+        checked = self.trusted.call(CheckHandoverCommand(
+            layouts=layouts, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
+            atol=tol.atol, rtol=tol.rtol, defer=defer).model_dump(mode="json"), "handover_checked")
+        add_trusted_seconds(self.obs, "handover", checked)
+        check.reported += sum(layout is not None for layout in layouts)
+        numbers = [window * calls + j for j in picks]
+        if defer:
+            self.deferred += numbers
+        else:
+            self._record_handover(numbers, checked["checks"])
+
+    def _record_handover(self, numbers: list[int], checks: list[dict[str, Any]]) -> None:
+        check = self.obs.timed_outputs
+        assert check is not None
+        for n, figures in zip(numbers, checks, strict=True):
+            check.checked.append(n)
+            check.calls.append(TrialFigures.model_validate({**figures, "trial": n, "inputs": "timed window"}))
+
+    def compare_handovers(self) -> None:
+        """The hand-overs read during the rounds and left to compare: the trusted side compares them from now on,
+        while the candidate is traced and ends (`handovers_compared` collects its answer)."""
+        if self.deferred:
+            tol = self.plan.tolerance
+            self.trusted.send(JudgeHandoversCommand(atol=tol.atol, rtol=tol.rtol).model_dump(mode="json"))
+            self.comparing = True
+
+    def handovers_compared(self) -> bool:
+        """The trusted side's comparison of the deferred hand-overs, recorded; False where none was under way."""
+        if not self.comparing:
+            return False
+        judged = self.trusted.wait("handovers_checked").fields
+        self.comparing = False
+        add_trusted_seconds(self.obs, "handover", judged)
+        numbers, self.deferred = self.deferred, []
+        self._record_handover(numbers, judged["checks"])
+        return True
+
+    def settle(self) -> None:
+        """At the evaluation's end, cut short: the comparison under way is let finish (a few calls' outputs), so
+        that the trusted process stays in step with its commands; its answer is not recorded."""
+        if self.comparing:
+            self.comparing = False
+            self.trusted.wait("handovers_checked")

@@ -1,0 +1,341 @@
+"""The timed rounds in this process: a fake trusted side and a fake candidate answer the rounds' commands, so the
+rounds' bookkeeping (sizing, fingerprints, hand-overs, the waits and checks around reference windows) is tested
+without two processes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import grading
+from harness.evaluation.gpu_sharing import NvmlUnavailable
+from harness.evaluation.handles import CandidateStopped, TrustedFailed
+from harness.evaluation.rounds import DISTURBED_TRIES, RoundsPlan, TimedRounds
+from harness.sandbox.process import Message
+from harness.schema import Observations, Tolerance
+
+TOL = Tolerance(atol=1e-4, rtol=1e-4)
+TRUSTED_PID, CANDIDATE_PIDS, OTHER_PID = 1000, [2000, 2001], 3000
+FIGURES = {"index": 0, "got_type": "Tensor", "expected_shape": [2], "expected_dtype": "float32", "max_abs_err": 0.0}
+
+
+def _sums(seeds: list[int]) -> list[list[float | None]]:
+    """What both sides' fingerprints of honest outputs come to: one number per call, from its seed."""
+    return [[float(s % 1000)] for s in seeds]
+
+
+class FakeTrusted:
+    """The trusted side: each reference window lasts `call_ms` a call (an empty one 1 ms), on the parent's clock.
+    `idle` are its answers to waits for an idle GPU, in order (idle at once when they run out); `compile_fails`
+    makes torch.compile's window fail."""
+
+    def __init__(self, call_ms: float = 10.0, idle: list[dict[str, Any]] | None = None, compile_fails: bool = False):
+        self.call_ms, self.idle, self.compile_fails = call_ms, list(idle or []), compile_fails
+        self.commands: list[str] = []
+        self.eager_seeds: list[int] = []
+        self.deferred = 0
+        self.pending: str | None = None
+
+    def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
+                   ) -> tuple[float, dict[str, Any]]:
+        self.commands.append(command["cmd"] if command["cmd"] != "window" else command["kind"])
+        if command["cmd"] == "ping":
+            return 0.2, {}
+        if command["cmd"] == "fingerprint":
+            return 0.5, {"sums": _sums(self.eager_seeds), "scales": [[1.0]] * len(self.eager_seeds),
+                         "seconds": {"fingerprint": 0.0003}}
+        assert command["cmd"] == "window"
+        if command["kind"] == "compile" and self.compile_fails:
+            raise TrustedFailed("Traceback ...\nInductorError: no compiler")
+        if command["kind"] == "eager":
+            self.eager_seeds = list(command["seeds"])
+        per_call = 0.0 if command["kind"] == "empty" else self.call_ms
+        return 1.0 + per_call * len(command["seeds"]), {"host_ms": 1.0}
+
+    def processes(self) -> list[int]:
+        return [TRUSTED_PID]
+
+    def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
+        self.commands.append(command["cmd"])
+        if command["cmd"] == "wait_idle":
+            return self.idle.pop(0) if self.idle else {"waited_ms": 0.06, "busy": False}
+        assert command["cmd"] == "check_handover"
+        if command["defer"]:
+            self.deferred += len(command["layouts"])
+            return {"checks": [], "seconds": {"read": 0.001}}
+        return {"checks": [{"outputs": [FIGURES]} for _ in command["layouts"]], "seconds": {"judge": 0.001}}
+
+    def send(self, command: dict[str, Any], timeout_s: float | None = None) -> None:
+        self.commands.append(command["cmd"])
+        self.pending = command["cmd"]
+
+    def wait(self, reply: str, final: bool = True) -> Message:
+        assert self.pending == "judge_handovers" and reply == "handovers_checked"
+        self.pending = None
+        checks = [{"outputs": [FIGURES]} for _ in range(self.deferred)]
+        return Message("handovers_checked", {"checks": checks, "seconds": {"judge": 0.002}}, 0.0)
+
+
+class FakeCandidate:
+    """The candidate: its windows last `call_ms` a call; its fingerprints are honest unless `off_by`; it hands over
+    the outputs picked; `cpu_used` is what its CPU clock moves during each reference window (0 when they run out)."""
+
+    def __init__(self, outputs: Path, call_ms: float = 5.0, off_by: float = 0.0, cpu_used: list[int] | None = None):
+        self.outputs, self.call_ms, self.off_by, self.cpu_used = outputs, call_ms, off_by, list(cpu_used or [])
+        self.sent_at = 100.0
+        self.windows: list[int] = []  # calls of each window
+        self.pauses = 0
+        self.traced: list[int] = []
+        self.last_seeds: list[int] = []
+
+    def request(self, command: Any, limit_s: float, phase: Any) -> Message:
+        if command.cmd == "window":
+            self.windows.append(len(command.seeds))
+            self.last_seeds = list(command.seeds)
+            return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + self.call_ms * len(command.seeds))
+                           / 1e3)
+        if command.cmd == "fingerprint":
+            sums = [[s + self.off_by for s in row] for row in _sums(self.last_seeds)]  # type: ignore[operator]
+            return Message("fingerprinted", {"sums": sums}, self.sent_at + 0.0008)
+        assert command.cmd == "handover"
+        layouts = [{"kind": "tensor", "entries": [], "device": "cpu"} for _ in command.picks]
+        return Message("handed_over", {"layouts": layouts}, self.sent_at + 0.002)
+
+    def pause(self) -> None:
+        self.pauses += 1
+
+    def processes(self) -> list[int]:
+        return CANDIDATE_PIDS
+
+    def cpu_mark(self) -> int:
+        return 0
+
+    def cpu_used_us(self, mark: int | None) -> int:
+        return self.cpu_used.pop(0) if self.cpu_used else 0
+
+    def begin_trace(self, window: int) -> None:
+        self.traced.append(window)
+
+
+def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
+            kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
+            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None
+            ) -> tuple[TimedRounds, list[str]]:
+    phases: list[str] = []
+    plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
+                      output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced)
+    r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
+                    deadline=lambda calls, write_bytes: 10.0, seeds=random.Random(7),
+                    phase=phases.append, draw=random.Random(11),
+                    gpu_processes=gpu_processes or (lambda: [[TRUSTED_PID, *CANDIDATE_PIDS]]))
+    return r, phases
+
+
+def test_honest_rounds_time_every_kind_on_windows_sized_on_the_slower_of_candidate_and_eager(tmp_path):
+    """Eager takes 10 ms a call, the candidate 5: after the one-call window and the warm-up rounds, every window holds
+    the calls eager's speed gives a 100 ms window (10), each timed round's figures are kept, and the candidate's time
+    per call is its window less the empty one's, plus what its fingerprint took beyond the trusted side's, over the
+    calls."""
+    trusted, candidate = FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "outputs", call_ms=5.0)
+    rounds, phases = _rounds(tmp_path, trusted, candidate)
+    rounds.run()
+    obs = rounds.obs
+    assert candidate.windows[0] == 1 and set(candidate.windows[1:]) == {10}
+    assert len(candidate.windows) == 1 + 2 + 5
+    assert obs.candidate_timing is not None and obs.eager_timing is not None and obs.compile_timing is None
+    assert obs.candidate_timing.n == obs.eager_timing.n == 5 and obs.candidate_timing.calls_per_window == 10
+    # Its fingerprint took 0.8 ms, less the round trip (0.2) and the trusted side's own fingerprint (0.3): charged.
+    assert obs.candidate_timing.median_ms == pytest.approx(5.0 + (0.8 - 0.2 - 0.3) / 10)
+    assert obs.eager_timing.median_ms == pytest.approx(10.0)
+    assert obs.windows_sized_down is None
+    assert phases.count("timing_warmup") == 2 and phases.count("timed_windows") >= 5 and "fingerprints" in phases
+    check = obs.timed_outputs
+    assert check is not None and not check.fingerprint_mismatches and check.fingerprinted == 5 * 10
+    assert check.expected >= 2 and check.reported == check.expected and not check.calls  # read, not compared yet
+    rounds.compare_handovers()
+    assert trusted.commands[-1] == "judge_handovers" and rounds.comparing
+    assert rounds.handovers_compared() and len(check.calls) == check.expected == len(check.checked)
+    assert not rounds.handovers_compared()  # collected once
+
+
+def test_fingerprints_off_the_references_are_mismatches_and_their_honest_twin_has_none(tmp_path):
+    honest, _ = _rounds(tmp_path, FakeTrusted(), FakeCandidate(tmp_path / "a"))
+    honest.run()
+    forged, _ = _rounds(tmp_path, FakeTrusted(), FakeCandidate(tmp_path / "b", off_by=50.0))
+    forged.run()
+    assert honest.obs.timed_outputs is not None and not honest.obs.timed_outputs.fingerprint_mismatches
+    assert forged.obs.timed_outputs is not None and len(forged.obs.timed_outputs.fingerprint_mismatches) == 5 * 10
+
+
+def test_a_candidate_slower_than_eager_sizes_the_windows_down_and_says_so_only_when_they_fall_short(tmp_path):
+    """A candidate at 50 ms a call sizes windows to 2 calls (eager's speed asks for 10); timed at that speed they last
+    the 100 ms aimed at: nothing to say."""
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "o", call_ms=50.0))
+    rounds.run()
+    assert rounds.obs.candidate_timing is not None and rounds.obs.candidate_timing.calls_per_window == 2
+    assert rounds.obs.windows_sized_down is None
+
+
+def test_a_compile_baseline_that_cannot_compile_is_dropped_and_said(tmp_path):
+    rounds, _ = _rounds(tmp_path, FakeTrusted(compile_fails=True), FakeCandidate(tmp_path / "o"),
+                        kinds=("candidate", "eager", "empty", "compile"))
+    rounds.run()
+    assert rounds.obs.compile_timing is None and rounds.obs.compile_baseline_error == "InductorError: no compiler"
+    assert rounds.obs.candidate_timing is not None and rounds.obs.candidate_timing.n == 5
+
+
+def test_the_traced_round_is_one_timed_round_and_only_where_traced(tmp_path):
+    candidate = FakeCandidate(tmp_path / "o")
+    _rounds(tmp_path, FakeTrusted(), candidate, traced=True)[0].run()
+    assert len(candidate.traced) == 1 and 0 <= candidate.traced[0] < 5
+    untraced = FakeCandidate(tmp_path / "p")
+    _rounds(tmp_path, FakeTrusted(), untraced)[0].run()
+    assert untraced.traced == []
+
+
+def test_the_candidate_is_paused_after_every_turn_and_after_each_fingerprint(tmp_path):
+    """After the one-call window, after each window of a warm-up round, and after each timed round's window and its
+    fingerprint (the round trip after it is measured with the candidate stopped), and after each hand-over (the
+    trusted side copies the outputs out of the exchange as they were handed over, not as rewritten since)."""
+    candidate, trusted = FakeCandidate(tmp_path / "o"), FakeTrusted()
+    _rounds(tmp_path, trusted, candidate)[0].run()
+    handovers = trusted.commands.count("check_handover")
+    assert handovers >= 1 and candidate.pauses == 1 + 2 + 5 * 2 + handovers
+
+
+def test_on_cuda_the_trusted_side_waits_for_an_idle_gpu_before_and_after_each_reference_window(tmp_path):
+    trusted = FakeTrusted()
+    rounds, _ = _rounds(tmp_path, trusted, FakeCandidate(tmp_path / "o"), device="cuda", idle_wait_s=10.0)
+    rounds.run()
+    reference_windows = sum(c in ("eager", "empty") for c in trusted.commands)
+    assert trusted.commands.count("wait_idle") == 2 * reference_windows == len(rounds.obs.gpu_idle_waits_ms)
+    assert rounds.obs.gpu_busy_windows == 0 and not rounds.obs.ran_while_paused
+
+
+def test_on_cpu_or_with_the_wait_off_nothing_is_waited_for(tmp_path):
+    for device, wait in (("cpu", 10.0), ("cuda", 0.0)):
+        trusted = FakeTrusted()
+        _rounds(tmp_path, trusted, FakeCandidate(tmp_path / device), device=device, idle_wait_s=wait)[0].run()
+        assert "wait_idle" not in trusted.commands
+
+
+def test_gpu_work_after_a_reference_window_times_it_again_and_is_said(tmp_path):
+    """The wait after a reference window found 38 ms of another process's work: that window is timed again."""
+    trusted = FakeTrusted(idle=[{"waited_ms": 38.5, "busy": False}])
+    rounds, _ = _rounds(tmp_path, trusted, FakeCandidate(tmp_path / "o"), device="cuda", idle_wait_s=10.0)
+    assert rounds.reference_window("eager", [1], [2], r=0) is not None
+    assert rounds.obs.gpu_idle_waits_ms == [38.5, 0.06, 0.06]  # after it, before the retry, after the retry
+    assert rounds.obs.ran_while_paused == ["the eager window of round 0: another process's GPU work ran after it (the "
+                                           "trusted side waited 38.5 ms for an idle GPU)"]
+
+
+def test_a_reference_window_disturbed_every_time_stops_the_timing(tmp_path):
+    rounds, _ = _rounds(tmp_path, FakeTrusted(), FakeCandidate(tmp_path / "o", cpu_used=[5] * DISTURBED_TRIES))
+    with pytest.raises(CandidateStopped):
+        rounds.reference_window("empty", [1], [2], r=-1)
+    assert len(rounds.obs.ran_while_paused) == DISTURBED_TRIES + 1 and rounds.obs.paused_cpu_windows == DISTURBED_TRIES
+
+
+def test_a_comparison_under_way_at_a_cut_short_end_is_let_finish(tmp_path):
+    trusted = FakeTrusted()
+    rounds, _ = _rounds(tmp_path, trusted, FakeCandidate(tmp_path / "o"))
+    rounds.run()
+    rounds.compare_handovers()
+    rounds.settle()
+    assert trusted.pending is None and not rounds.comparing
+    assert rounds.obs.timed_outputs is not None and not rounds.obs.timed_outputs.calls  # not recorded
+
+
+LONG = {"waited_ms": 38.5, "busy": False}
+STUCK = {"waited_ms": 10000.0, "busy": True}
+
+
+def _cuda_rounds(tmp_path: Path, idle: list[dict[str, Any]], gpu_processes: Callable[[], list[list[int]]],
+                 cpu_used: list[int] | None = None) -> TimedRounds:
+    return _rounds(tmp_path, FakeTrusted(idle=idle), FakeCandidate(tmp_path / "o", cpu_used=cpu_used), device="cuda",
+                   idle_wait_s=10.0, gpu_processes=gpu_processes)[0]
+
+
+def _flags(rounds: TimedRounds) -> list[str]:
+    """The result's flags, were the rest of the evaluation a clean pass (its trials are not these tests' business)."""
+    from tests.test_integrity_grading import TOL as GRADE_TOL
+    from tests.test_integrity_grading import _passing, _window_timing
+
+    o = rounds.obs
+    obs = _passing(candidate_timing=_window_timing(1.0)).model_copy(update={
+        k: getattr(o, k) for k in ("gpu_idle_waits_ms", "gpu_busy_windows", "gpu_shared_waits_ms", "gpu_shared_busy",
+                                   "gpu_sharers", "gpu_unattributed", "ran_while_paused", "paused_cpu_windows")})
+    return [f.check for f in grading.grade(obs, GRADE_TOL).flags]
+
+
+def test_gpu_work_with_only_the_candidate_beside_the_trusted_side_is_its_leftover_work(tmp_path):
+    """Before a reference window the wait took 38.5 ms, and after it 10 s, busy still: NVML lists only the trusted side
+    and the candidate on the GPU (another process on another GPU), so the work was the candidate's: the window is timed
+    again, and the result is leftover_gpu_work, as before."""
+    rounds = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, *CANDIDATE_PIDS], [OTHER_PID]])
+    rounds.wait_idle()
+    rounds.reference_window("eager", [1], [2])
+    assert rounds.obs.gpu_idle_waits_ms == [38.5, 10000.0, 0.06, 0.06] and rounds.obs.gpu_busy_windows == 1
+    assert len(rounds.obs.ran_while_paused) == 1
+    assert not rounds.obs.gpu_shared_waits_ms and rounds.obs.gpu_sharers == []
+    assert _flags(rounds)[:1] == ["leftover_gpu_work"]
+
+
+def test_gpu_work_with_another_process_on_the_gpu_is_a_shared_gpu_never_leftover_work(tmp_path):
+    """Another evaluation computes on the same GPU: the long waits are kept apart, the window after which the GPU was
+    busy is timed again without blaming the candidate, and the result is shared_gpu, not flagged."""
+    rounds = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, OTHER_PID, *CANDIDATE_PIDS]])
+    rounds.wait_idle()
+    assert rounds.reference_window("eager", [1], [2]) is not None
+    assert rounds.obs.gpu_shared_waits_ms == [38.5, 10000.0] and rounds.obs.gpu_shared_busy == 1
+    assert rounds.obs.gpu_idle_waits_ms == [0.06, 0.06] and rounds.obs.gpu_busy_windows == 0
+    assert rounds.obs.gpu_sharers == [OTHER_PID] and rounds.obs.ran_while_paused == []
+    assert _flags(rounds) == ["shared_gpu"]
+
+
+def test_a_window_other_processes_disturb_every_time_is_kept_and_marked_not_stopped(tmp_path):
+    rounds = _cuda_rounds(tmp_path, [STUCK, STUCK, STUCK, STUCK, STUCK], lambda: [[TRUSTED_PID, OTHER_PID]])
+    assert rounds.reference_window("eager", [1], [2]) is not None
+    assert rounds.obs.ran_while_paused == [] and _flags(rounds) == ["shared_gpu"]
+
+
+def test_the_candidates_cpu_time_while_paused_counts_against_it_on_a_shared_gpu_too(tmp_path):
+    rounds = _cuda_rounds(tmp_path, [], lambda: [[TRUSTED_PID, OTHER_PID]], cpu_used=[900])
+    rounds.reference_window("eager", [1], [2], r=2)
+    assert rounds.obs.paused_cpu_windows == 1 and _flags(rounds) == ["ran_while_paused"]
+
+
+def test_the_candidates_own_long_waits_beside_shared_ones_are_still_its_own(tmp_path):
+    """While another process came and went: the waits while it computed there are shared, the one while the GPU held
+    only the candidate's work is the candidate's."""
+    lists = iter([[[TRUSTED_PID, OTHER_PID, *CANDIDATE_PIDS]], [[TRUSTED_PID, *CANDIDATE_PIDS]]])
+    rounds = _cuda_rounds(tmp_path, [LONG, LONG], lambda: next(lists))
+    rounds.wait_idle()
+    rounds.wait_idle()
+    assert rounds.obs.gpu_shared_waits_ms == [38.5] and rounds.obs.gpu_idle_waits_ms == [38.5]
+    assert _flags(rounds) == ["leftover_gpu_work"]
+
+
+def test_without_nvml_long_waits_cannot_be_told_apart_and_never_blame_the_candidate(tmp_path):
+    def unavailable() -> list[list[int]]:
+        raise NvmlUnavailable("no NVML binding (the nvidia-ml-py package) in the harness's environment")
+
+    rounds = _cuda_rounds(tmp_path, [LONG], unavailable)
+    rounds.wait_idle()
+    rounds.wait_idle()  # short: NVML not asked, the candidate's as always
+    assert rounds.obs.gpu_shared_waits_ms == [38.5] and rounds.obs.gpu_idle_waits_ms == [0.06]
+    assert rounds.obs.gpu_unattributed is not None and "no NVML binding" in rounds.obs.gpu_unattributed
+    assert _flags(rounds) == ["shared_gpu"]
+
+
+def test_short_waits_never_ask_nvml(tmp_path):
+    def never() -> list[list[int]]:
+        raise AssertionError("asked")
+
+    rounds = _cuda_rounds(tmp_path, [{"waited_ms": 1.4, "busy": False}], never)
+    rounds.run()
+    assert rounds.obs.gpu_idle_waits_ms[0] == 1.4 and not rounds.obs.gpu_shared_waits_ms
