@@ -4,6 +4,7 @@ child, the descriptors' relay, the bytes both ways)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from datetime import datetime, timezone
@@ -159,8 +160,6 @@ def test_the_probe_crosses_the_sandbox_both_ways_and_reports_why_it_cannot(setti
         assert failed.failure is not None and failed.failure.startswith("the trusted side could not export")
         assert trusted.call({"cmd": "ping"}, "pong") == {}
     finally:
-        try:
+        with contextlib.suppress(ChildExited):
             proc.send({"cmd": "exit"})
-        except ChildExited:
-            pass
         proc.reap()
