@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -84,6 +85,11 @@ class Settings(BaseSettings):
         default=2048, ge=0, description="Device memory the memory plan keeps spare for what it does not count (the "
         "candidate's CUDA context, cuBLAS and cuDNN workspaces, the allocator's rounding): a margin, not a "
         "measurement.")
+    exchange_memory: Literal["auto", "host", "device"] = Field(
+        default="auto", description="Where trial data between the two processes lives on CUDA (evaluation/"
+        "exchange.py): host, shared memfds (the candidate copies to and from the device); device, device memory of "
+        "the driver's VMM API; auto, device where a probe (evaluation/exchange_probe.py) showed it crosses the "
+        "sandbox on this host, else host. On CPU always host.")
 
     # Build cache
     build_cache: bool = Field(default=True, description="Reuse load_inline builds keyed by source hash.")

@@ -335,6 +335,9 @@ class Observations(BaseModel):
     # How the candidate was paused between its turns (sandbox/pause.py): "cgroup_freeze", "cgroup_v1_freezer" or
     # "ptrace"; None where it never was (and in results stored before: SIGSTOP, which its own SIGCONT timer lifted).
     pause_method: str | None = None
+    # Where the trial data between the two processes lived (evaluation/exchange_probe.py): "host", "device", and
+    # on CUDA why ("host (device probe failed: ...)"); None in results stored before it was recorded.
+    exchange_memory: str | None = None
     # Why it could not be paused (a thread already traced, or that would not freeze): the submission's failure.
     pause_error: str | None = None
     # Reference windows during which the paused candidate used CPU (or, on CUDA, its GPU work ran after the window),

@@ -22,3 +22,15 @@ def test_a_relative_problems_dir_from_the_environment_is_resolved(tmp_path, monk
     s = Settings()
     assert s.problems_dir == tmp_path.resolve() / "kb" and s.data_dir == Path.home().resolve() / "kh"
     assert Settings(problems_dir=None).problems_dir is None
+
+
+def test_exchange_memory_is_read_from_the_environment_and_validated(monkeypatch):
+    import pytest
+    from pydantic import ValidationError
+
+    assert Settings().exchange_memory == "auto"
+    monkeypatch.setenv("HARNESS_EXCHANGE_MEMORY", "host")
+    assert Settings().exchange_memory == "host"
+    monkeypatch.setenv("HARNESS_EXCHANGE_MEMORY", "gpu")
+    with pytest.raises(ValidationError, match="exchange_memory"):
+        Settings()

@@ -112,6 +112,8 @@ def render(r: EvalResult) -> str:
                      f"{plan.truth}, {plan.calls_per_window} call(s) per timed window at most")
     if o.pause_method:
         lines.append(f"paused by:  {o.pause_method} (between the candidate's turns)")
+    if o.exchange_memory:
+        lines.append(f"exchange:   {o.exchange_memory} (trial data between the two processes)")
     if r.speedup_vs_eager is not None:
         lines.append(f"speedup:    {r.speedup_vs_eager:.3f}x vs eager" + (
             f", {r.speedup_vs_compile:.3f}x vs torch.compile" if r.speedup_vs_compile is not None else ""))

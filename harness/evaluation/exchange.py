@@ -98,7 +98,8 @@ class Segment:
         if self.device == "cuda":
             self._cuda.tensor(offset, flat.numel()).copy_(flat)
             return
-        view = memoryview(flat.numpy()) if flat.numel() else memoryview(b"")
+        # A CUDA evaluation's data into a host segment (exchange memory "host"): through this process's memory.
+        view = memoryview(flat.cpu().numpy()) if flat.numel() else memoryview(b"")
         while view:
             n = os.pwritev(self.fd, [view], offset)
             view, offset = view[n:], offset + n

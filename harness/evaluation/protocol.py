@@ -54,6 +54,8 @@ class PrepareCommand(BaseModel):
     # The memory plan's (memory_plan.plan): a cap below the device's free memory, and the spare it keeps; bytes.
     memory_budget: int | None = None
     memory_reserve: int = 0
+    # Where the trial segments live (exchange_probe.choose): on the host, or on the CUDA device (CUDA only).
+    exchange_device: Literal["cpu", "cuda"] = "cpu"
 
 
 class StageCommand(BaseModel):

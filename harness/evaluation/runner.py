@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
-from harness.evaluation import windows
+from harness.evaluation import exchange_probe, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CandidateRequest,
@@ -359,6 +359,7 @@ class _Evaluation:
         assert self.trusted is not None and self.provenance is not None
         device = self.provenance.device
         self.size = self._size_for(device)
+        exchange_device = self._exchange_device(device)
         self.trusted.send(PrepareCommand(
             problem=self._load(self.size), device=device, param_seed=self.param_seed, draw_seed=self.draw_seed,
             input_seed=self.input_seed,
@@ -366,7 +367,7 @@ class _Evaluation:
             fresh_parameters=self.options.fresh_parameters, fixed_parameters=self.spec.fixed_parameters,
             atol=self.tolerance.atol, rtol=self.tolerance.rtol,
             memory_budget=(self.settings.device_memory_budget_mb << 20) or None,
-            memory_reserve=self.settings.device_memory_reserve_mb << 20,
+            memory_reserve=self.settings.device_memory_reserve_mb << 20, exchange_device=exchange_device,
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
@@ -375,6 +376,25 @@ class _Evaluation:
         self.init_arg_count = int(written["init_arg_count"])
         self.init_args = written["init_args"], self._relay(written)
         self.phases.end("reference_init")
+
+    def _exchange_device(self, device: str) -> str:
+        """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the
+        setting says so or this process's probe of this GPU passed), recorded in the observations."""
+        assert self.provenance is not None
+        visible = self.options.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+        key = (device, self.provenance.device_name, visible)
+        where, self.obs.exchange_memory = exchange_probe.choose(self.settings.exchange_memory, device, key,
+                                                                self._probe_exchange)
+        return where
+
+    def _probe_exchange(self) -> str | None:
+        """This process's probe of its GPU's device segments, through this evaluation's trusted process (in step:
+        nothing is prepared yet) and a child confined as the candidate is; its cost a phase of its own."""
+        assert self.trusted is not None
+        outcome = exchange_probe.run(self.trusted, self.settings, self.cand_home.parent / "exchange_probe",
+                                     self.job / "exchange_probe.log", self.options.extra_env)
+        self.phases.end("exchange_probe")
+        return outcome.failure
 
     def prepared(self) -> dict[str, Any]:
         """The trials' inputs and expected outputs, made by the trusted side while the candidate constructed."""

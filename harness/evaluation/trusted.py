@@ -29,6 +29,7 @@ import harness
 from harness.evaluation import (
     compare,
     exchange,
+    exchange_probe,
     memory_plan,
     parameters,
     problem_module,
@@ -367,10 +368,13 @@ class Trusted:
             tolerance = (cmd.atol, cmd.rtol)
             self.after_reply = lambda: self.trivial_ahead(*tolerance)
         # One trial's room: its inputs (staged anew for each trial), its output, and one window's hand-overs.
+        # On the host for a CUDA evaluation too where the runner says so: its inputs and outputs then cross to and
+        # from the device in each process (exchange.pack, unpack, take), and no device memory is shared.
+        where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
         specs = self._share({
-            "inputs": exchange.create(input_room, self.device.type, writable=False),
-            "output": exchange.create(output_room, self.device.type),
-            "handover": exchange.create(windows.PICKS_PER_WINDOW * output_room, self.device.type),
+            "inputs": exchange.create(input_room, where, writable=False),
+            "output": exchange.create(output_room, where),
+            "handover": exchange.create(windows.PICKS_PER_WINDOW * output_room, where),
         })
         clock.lap("segments")
         return {
@@ -798,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
         "judge_handovers": (JudgeHandoversCommand, trusted.judge_handovers, "handovers_checked"),
     }
+    probe_segment: exchange.Segment | None = None  # the exchange probe's, from its export to its verify
     chan.send("ready")
     for line in sys.stdin:
         if not line.strip():
@@ -815,6 +820,12 @@ def main(argv: list[str] | None = None) -> int:
                 chan.send("peaks", **trusted.peaks())
             elif name == "release":
                 chan.send("released", **trusted.release())
+            elif name == "exchange_export":  # the exchange's probe (exchange_probe.py), between evaluations
+                probe_segment, fields = exchange_probe.export(str(raw.get("device", "cuda")), trusted.send_fds)
+                chan.send("exchange_exported", **fields)
+            elif name == "exchange_verify":
+                chan.send("exchange_verified", **exchange_probe.verify(probe_segment))
+                probe_segment = None
             elif name == "exit":
                 break
             elif name in handlers:
