@@ -33,8 +33,12 @@ def check_transfer() -> bool:
     from harness.sandbox import capabilities, limits
     from harness.sandbox.process import ChildProcess, scrubbed_env
 
-    settings = Settings()
     work = Path(tempfile.mkdtemp(prefix="kh-gpucheck-"))
+    # Dirs of its own, made: the launcher hides the data dir from the child, so it must exist (the default,
+    # ~/.local/share/kernelharness, need not on a fresh host).
+    settings = Settings(data_dir=work / "data", scratch_dir=work / "scratch")
+    settings.data_dir.mkdir()
+    settings.scratch_dir.mkdir()
     home = work / "trusted"
     home.mkdir()
     proc = ChildProcess("harness.evaluation.trusted", [], cwd=home, env=scrubbed_env({}, home),
