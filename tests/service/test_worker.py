@@ -16,8 +16,8 @@ from harness.db import crud, queries
 from harness.db.models import Job, Result
 from harness.evaluation import runner
 from harness.evaluation.runner import PrecompileResult
-from harness.problems import get_registry
 from harness.grading import grade
+from harness.problems import get_registry
 from harness.reporting import ranked
 from harness.schema import ChildError, ChildExit, EvalResult, GpuMemoryAtFailure, MemoryPlan, Provenance
 from harness.service.devices import Slot
