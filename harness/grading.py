@@ -14,15 +14,17 @@ from typing import Any
 
 from harness.schema import (
     RTOL_GRID,
+    ChildError,
     Flag,
     KernelTrace,
+    MemoryPlan,
     Observations,
     OutputFigures,
     TimedOutputCheck,
     TimingStats,
     Tolerance,
 )
-from harness.verdicts import Phase, Verdict, classify_exception
+from harness.verdicts import Phase, Verdict, classify_exception, device_out_of_memory
 
 # A candidate whose error against float64 exceeds the reference's own by this factor (and the
 # absolute floor below) computes in lower precision than fp32 (TF32, bf16, fast-math).
@@ -229,6 +231,9 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
                         detail)
     err, ex = obs.candidate_error, obs.candidate_exit
     if err is not None:
+        harness_memory = _harness_out_of_memory(obs, err)
+        if harness_memory is not None:
+            return Grade(Verdict.infra_error, harness_memory, _tail(err.traceback or err.message))
         verdict = classify_exception(err.phase, err.exc_type, err.message)
         if verdict == Verdict.compile_error:
             first, excerpt = _compiler_excerpt(err.message)
@@ -276,6 +281,66 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
         return Grade(Verdict.nondeterministic, f"the same inputs gave different outputs on two calls ({diff}, "
                      f"beyond {tol}): a race or a read of uninitialised memory")
     return _passed(obs, tol)
+
+
+def _candidate_share(plan: MemoryPlan) -> int | None:
+    """The device memory the plan gave the candidate, as NVML counts a process's: the peak of its phases and the
+    plan's reserve, the margin for what the phases do not count (its CUDA context, library workspaces, the
+    allocator's rounding), all of which NVML's figure holds."""
+    phases = [v for k, v in plan.phases_bytes.items() if k.startswith("candidate_")]
+    return max(phases) + plan.reserve_bytes if phases else None
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def _harness_out_of_memory(obs: Observations, err: ChildError) -> str | None:
+    """Why the candidate's running out of device memory is the harness's, where it is (None: the submission's).
+
+    The parent read the GPU's memory from NVML when the candidate reported it (obs.gpu_memory_at_failure). It is the
+    harness's where the device could not give the candidate the memory plan's share: what it held and what was free
+    came to less (the rest held by the trusted side or other processes), and the allocation its text says failed was
+    within the share; or where other processes held more than the plan left outside the evaluation's budget (a GPU
+    shared with work that came after the plan). Its own memory and the free memory add up the same whether or not it
+    kept its memory until NVML was read, so a submission that only says it ran out of memory, on a device with room
+    for its share, stays the submission's.
+
+    Where NVML gave no figures, the candidate's own text stands in ("this process has N GiB memory in use", "of which
+    N GiB is free"). Believing it can only move the verdict from runtime_error to infra_error: never ranked, never
+    passed, retried a bounded number of times (the job's attempts) and then stored as infra_error, so a submission
+    that lies there loses its result; it gains no verdict, flag or time. Without a plan for a device, nothing
+    changes."""
+    claim = device_out_of_memory(err.exc_type, err.message)
+    plan = obs.memory_plan
+    if claim is None or plan is None or plan.total_bytes is None:
+        return None
+    share = _candidate_share(plan)
+    if share is None:
+        return None
+    seen = obs.gpu_memory_at_failure
+    if seen is not None and seen.unknown is None and seen.candidate_bytes is not None and seen.free_bytes is not None:
+        held, free, trusted, others = seen.candidate_bytes, seen.free_bytes, seen.trusted_bytes or 0, \
+            seen.others_bytes or 0
+        source = "NVML at the failure"
+        outside = (seen.total_bytes or plan.total_bytes) - plan.budget_bytes if plan.budget_bytes is not None else None
+        if others and outside is not None and others > outside:
+            return (f"the candidate ran out of device memory on a GPU shared with other processes (host PIDs "
+                    f"{', '.join(map(str, seen.others))}), which held {_gib(others)}, more than the "
+                    f"{_gib(outside)} the memory plan left outside the evaluation's {_gib(plan.budget_bytes or 0)}; "
+                    f"the candidate held {_gib(held)}, the harness's side {_gib(trusted)} ({source})")
+    elif claim.held is not None and claim.free is not None:
+        held, free, trusted, others = claim.held, claim.free, None, 0
+        why = seen.unknown if seen is not None and seen.unknown else "no NVML figures were recorded"
+        source = f"by its own account; NVML could not say: {why}"
+    else:
+        return None
+    if held + free >= share or (claim.tried is not None and held + claim.tried > share):
+        return None
+    return (f"the candidate ran out of device memory holding {_gib(held)}, within the {_gib(share)} the memory plan "
+            f"gave it; the device had {_gib(free)} free"
+            + (f"; the harness's side held {_gib(trusted)}" if trusted is not None else "")
+            + (f", other processes {_gib(others)}" if others else "") + f" ({source})")
 
 
 def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:

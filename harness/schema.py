@@ -288,6 +288,20 @@ class MemoryPlan(BaseModel):
     forward_work_bytes: int = 0  # the reference forward's peak above its inputs
 
 
+class GpuMemoryAtFailure(BaseModel):
+    """The evaluation's GPU (the one NVML lists the trusted process on) as NVML saw it when the candidate reported
+    running out of device memory, read by the parent (evaluation/gpu_sharing.py). Bytes; each process's is NVML's
+    used memory of that process on this GPU. `unknown` says why the figures are missing, where they are."""
+
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    candidate_bytes: int | None = None
+    trusted_bytes: int | None = None
+    others_bytes: int | None = None  # processes neither the candidate's nor the trusted side's
+    others: list[int] = Field(default_factory=list)  # their host PIDs
+    unknown: str | None = None
+
+
 class Observations(BaseModel):
     """Everything grading needs, all raw."""
 
@@ -359,6 +373,8 @@ class Observations(BaseModel):
     speed_of_light: SpeedOfLight | None = None
     # Results stored before there was a plan have none.
     memory_plan: MemoryPlan | None = None
+    # Set where the candidate reported running out of device memory on CUDA (grading._device_out_of_memory).
+    gpu_memory_at_failure: GpuMemoryAtFailure | None = None
     log_tail: str = ""
 
     def window_costs(self) -> dict[str, Any]:

@@ -354,6 +354,9 @@ def run(req: CandidateRequest, chan: Channel, link: exchange.FdLink | None = Non
         message = str(e) if not isinstance(e, SystemExit) else f"the submission called sys.exit({e.code!r})"
         chan.send("error", phase=phase.value, exc_type=type(e).__name__, message=message[:20000],
                   traceback=traceback.format_exc()[-20000:])
+        # What it holds stays held (the traceback keeps the failed call's tensors, the allocator its blocks) until the
+        # parent says exit: after a device out-of-memory error, the parent reads the GPU's memory first.
+        sys.stdin.readline()
 
 
 def compile_only(path: Path, chan: Channel) -> None:

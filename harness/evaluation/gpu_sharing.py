@@ -11,12 +11,19 @@ cgroups and /proc, read from the parent's PID namespace). The evaluation's GPU i
 trusted process. Where NVML cannot be asked (no binding, no driver) or holds none of the trusted side's processes (the
 parent runs in a PID namespace of its own), the work cannot be told apart, and it is counted as shared: never the
 candidate's.
+
+When the candidate reports running out of device memory, the parent reads the same GPU's memory from NVML at that
+moment (`memory_at_failure`): whose it was decides whether the failure is the submission's (grading).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from harness.schema import GpuMemoryAtFailure
 
 
 class NvmlUnavailable(Exception):
@@ -27,8 +34,9 @@ class NvmlUnavailable(Exception):
 ComputeProcesses = Callable[[], list[list[int]]]
 
 
-def nvml_compute_processes() -> list[list[int]]:
-    """NVML's compute processes of every GPU of the host, by host PID (nvmlDeviceGetComputeRunningProcesses)."""
+@contextlib.contextmanager
+def _nvml() -> Iterator[Any]:
+    """NVML started, its module; let go on the way out. NvmlUnavailable where it cannot be started."""
     try:
         import pynvml  # nvidia-ml-py: present where torch runs on CUDA; only the parent asks, and only on CUDA
     except ImportError:
@@ -38,12 +46,76 @@ def nvml_compute_processes() -> list[list[int]]:
     except pynvml.NVMLError as e:
         raise NvmlUnavailable(f"NVML did not start: {e}") from None
     try:
-        return [[p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))]
-                for i in range(pynvml.nvmlDeviceGetCount())]
-    except pynvml.NVMLError as e:
-        raise NvmlUnavailable(f"NVML could not list the GPUs' processes: {e}") from None
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def nvml_compute_processes() -> list[list[int]]:
+    """NVML's compute processes of every GPU of the host, by host PID (nvmlDeviceGetComputeRunningProcesses)."""
+    with _nvml() as nvml:
+        try:
+            return [[p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(i))]
+                    for i in range(nvml.nvmlDeviceGetCount())]
+        except nvml.NVMLError as e:
+            raise NvmlUnavailable(f"NVML could not list the GPUs' processes: {e}") from None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One GPU's memory as NVML reports it: total and free bytes, and each compute process's used bytes by host PID
+    (None where NVML does not say: MIG, some containers)."""
+
+    total: int
+    free: int
+    used: dict[int, int | None]
+
+
+# Every GPU's memory; NvmlUnavailable where it cannot be known.
+DeviceMemories = Callable[[], list[DeviceMemory]]
+
+
+def nvml_device_memory() -> list[DeviceMemory]:
+    """NVML's memory figures of every GPU of the host (nvmlDeviceGetMemoryInfo, and each compute process's
+    usedGpuMemory)."""
+    with _nvml() as nvml:
+        try:
+            devices = []
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                info = nvml.nvmlDeviceGetMemoryInfo(handle)
+                devices.append(DeviceMemory(total=int(info.total), free=int(info.free), used={
+                    p.pid: p.usedGpuMemory for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}))
+            return devices
+        except nvml.NVMLError as e:
+            raise NvmlUnavailable(f"NVML could not read the GPUs' memory: {e}") from None
+
+
+def memory_at_failure(memories: DeviceMemories, trusted: Iterable[int], candidate: Iterable[int]
+                      ) -> GpuMemoryAtFailure:
+    """The evaluation's GPU's memory now (the GPU NVML lists a trusted process on), whose it is: the candidate's, the
+    trusted side's, other processes'. Where NVML cannot say, why."""
+    try:
+        devices = memories()
+    except NvmlUnavailable as e:
+        return GpuMemoryAtFailure(unknown=str(e))
+    ours, theirs = set(trusted), set(candidate)
+    found = [d for d in devices if ours.intersection(d.used)]
+    if not found:
+        return GpuMemoryAtFailure(unknown=_not_listed(ours))
+    device = found[0]
+    unreported = sorted(pid for pid, used in device.used.items() if used is None)
+    if unreported:
+        return GpuMemoryAtFailure(total_bytes=device.total, free_bytes=device.free,
+                                  unknown=f"NVML did not report the used memory of processes "
+                                          f"{', '.join(map(str, unreported))}")
+
+    def held(pids: Iterable[int]) -> int:  # a process NVML does not list holds nothing there
+        return sum(device.used.get(pid) or 0 for pid in pids)
+
+    others = sorted(pid for pid in device.used if pid not in ours | theirs)
+    return GpuMemoryAtFailure(total_bytes=device.total, free_bytes=device.free, candidate_bytes=held(theirs),
+                              trusted_bytes=held(ours), others_bytes=held(others), others=others[:32])
 
 
 @dataclass(frozen=True)
@@ -65,10 +137,14 @@ def sharing(devices: list[list[int]], trusted: Iterable[int], candidate: Iterabl
     ours = set(trusted)
     found = [pids for pids in devices if ours.intersection(pids)]
     if not found:
-        return Sharing(unknown=f"NVML lists none of the trusted side's processes ({', '.join(map(str, sorted(ours)))}) "
-                               "on any GPU: its PIDs are not the harness's (another PID namespace?)")
+        return Sharing(unknown=_not_listed(ours))
     theirs = ours | set(candidate)
     return Sharing(others=tuple(sorted({pid for pid in found[0] if pid not in theirs})))
+
+
+def _not_listed(trusted: set[int]) -> str:
+    return (f"NVML lists none of the trusted side's processes ({', '.join(map(str, sorted(trusted)))}) on any GPU: its "
+            "PIDs are not the harness's (another PID namespace?)")
 
 
 def ask(processes: ComputeProcesses, trusted: Iterable[int], candidate: Iterable[int]) -> Sharing:

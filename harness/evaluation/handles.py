@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,16 @@ from harness.sandbox import stacks
 from harness.sandbox.capabilities import SandboxError
 from harness.sandbox.pause import CpuMark, PauseFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
-from harness.schema import ChildError, ChildExit, FlagChange, KernelLaunch, KernelTrace, Observations
-from harness.verdicts import Phase
+from harness.schema import (
+    ChildError,
+    ChildExit,
+    FlagChange,
+    GpuMemoryAtFailure,
+    KernelLaunch,
+    KernelTrace,
+    Observations,
+)
+from harness.verdicts import Phase, device_out_of_memory
 
 
 class TrustedFailed(Exception):
@@ -119,6 +128,9 @@ class Candidate:
         self.channel_closed = False
         self.sent_at = 0.0
         self.import_command: Import | None = None
+        # The evaluation's GPU's memory now, whose it is (gpu_sharing.memory_at_failure); set by the runner on CUDA,
+        # read the moment the candidate reports running out of device memory.
+        self.device_memory: Callable[[], GpuMemoryAtFailure] | None = None
 
     def begin_import(self) -> None:
         """Tell the process to import the submission (it may have been started ahead, holding torch only)."""
@@ -312,9 +324,14 @@ class Candidate:
             raise CandidateStopped from None
         if msg.event == "error":
             try:
-                self.obs.candidate_error = ChildError.model_validate(msg.fields)
+                err = self.obs.candidate_error = ChildError.model_validate(msg.fields)
             except ValidationError as e:
                 self._violation(f"a malformed 'error' message: {e}")
+            if self.device_memory is not None and device_out_of_memory(err.exc_type, err.message) is not None:
+                self.obs.gpu_memory_at_failure = self.device_memory()
+            # An honest process keeps what it holds until this word (child.run), so NVML was read with its memory.
+            with contextlib.suppress(ChildExited):
+                self.proc.send("exit")
             self.exit.finished = True
             raise CandidateStopped
         return msg

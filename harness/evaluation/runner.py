@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
-from harness.evaluation import exchange_probe, windows
+from harness.evaluation import exchange_probe, gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CandidateRequest,
@@ -58,6 +58,7 @@ from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbe
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
+    GpuMemoryAtFailure,
     KernelTrace,
     MemoryPlan,
     Observations,
@@ -256,6 +257,7 @@ class _Evaluation:
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
         self.init_args: tuple[dict[str, Any], list[dict[str, Any]]] = ({}, [])  # layout, segments: for Construct
         self.trial_segments: list[dict[str, Any]] = []  # named by the first trial's command
+        self.gpu_memory: gpu_sharing.DeviceMemories = gpu_sharing.nvml_device_memory
 
     @contextlib.contextmanager
     def open(self, work: Path):
@@ -371,11 +373,18 @@ class _Evaluation:
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
+        if device == "cuda":
+            self.candidate.device_memory = self._device_memory
         self.preparing = True
         written = self.trusted.wait("init_args_written", final=False).fields
         self.init_arg_count = int(written["init_arg_count"])
         self.init_args = written["init_args"], self._relay(written)
         self.phases.end("reference_init")
+
+    def _device_memory(self) -> GpuMemoryAtFailure:
+        """The evaluation's GPU's memory now, whose it is (read when the candidate runs out of device memory)."""
+        assert self.trusted is not None and self.candidate is not None
+        return gpu_sharing.memory_at_failure(self.gpu_memory, self.trusted.processes(), self.candidate.processes())
 
     def _exchange_device(self, device: str) -> str:
         """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the

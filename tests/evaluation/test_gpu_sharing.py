@@ -63,3 +63,69 @@ def test_the_nvml_query_lists_each_gpus_compute_processes_by_pid_and_lets_nvml_g
     got = ask(gpu_sharing.nvml_compute_processes, TRUSTED, CANDIDATE)
     assert got.unknown == "NVML could not list the GPUs' processes: Insufficient Permissions"
     assert calls[-1] == "shutdown"
+
+
+GIB = 1 << 30
+
+
+def _memory(*devices: gpu_sharing.DeviceMemory) -> gpu_sharing.DeviceMemories:
+    return lambda: list(devices)
+
+
+def test_memory_at_a_failure_is_the_trusted_sides_gpus_split_by_whose_processes_hold_it():
+    other_gpu = gpu_sharing.DeviceMemory(total=80 * GIB, free=1 * GIB, used={300: 79 * GIB})
+    ours = gpu_sharing.DeviceMemory(total=80 * GIB, free=2 * GIB,
+                                    used={100: 64 * GIB, 200: 12 * GIB, 201: 1 * GIB, 400: 1 * GIB})
+    got = gpu_sharing.memory_at_failure(_memory(other_gpu, ours), TRUSTED, CANDIDATE)
+    assert (got.total_bytes, got.free_bytes, got.candidate_bytes, got.trusted_bytes, got.others_bytes) == \
+        (80 * GIB, 2 * GIB, 13 * GIB, 64 * GIB, 1 * GIB)
+    assert got.others == [400] and got.unknown is None
+
+
+def test_a_candidate_process_nvml_does_not_list_holds_nothing_on_the_gpu():
+    """One that exited before NVML was read gave its memory back: NVML counts it free."""
+    ours = gpu_sharing.DeviceMemory(total=80 * GIB, free=16 * GIB, used={100: 64 * GIB})
+    got = gpu_sharing.memory_at_failure(_memory(ours), TRUSTED, CANDIDATE)
+    assert got.candidate_bytes == 0 and got.free_bytes == 16 * GIB and got.others == []
+
+
+def test_memory_nvml_cannot_attribute_says_why():
+    def broken() -> list[gpu_sharing.DeviceMemory]:
+        raise NvmlUnavailable("NVML did not start: Driver Not Loaded")
+
+    assert gpu_sharing.memory_at_failure(broken, TRUSTED, CANDIDATE).unknown == "NVML did not start: Driver Not Loaded"
+    elsewhere = gpu_sharing.DeviceMemory(total=80 * GIB, free=2 * GIB, used={7: GIB})
+    got = gpu_sharing.memory_at_failure(_memory(elsewhere), TRUSTED, CANDIDATE)
+    assert got.candidate_bytes is None and "none of the trusted side's processes (100)" in (got.unknown or "")
+    unreported = gpu_sharing.DeviceMemory(total=80 * GIB, free=2 * GIB, used={100: GIB, 200: None})
+    got = gpu_sharing.memory_at_failure(_memory(unreported), TRUSTED, CANDIDATE)
+    assert got.candidate_bytes is None and got.free_bytes == 2 * GIB
+    assert got.unknown == "NVML did not report the used memory of processes 200"
+
+
+def test_the_nvml_memory_query_reads_each_gpus_memory_and_its_processes_use(monkeypatch):
+    import types
+
+    calls: list[str] = []
+
+    class NVMLError(Exception):
+        pass
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * GIB, free=2 * GIB, used=78 * GIB),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=100, usedGpuMemory=64 * GIB),
+                                                        types.SimpleNamespace(pid=200, usedGpuMemory=None)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpu_sharing.nvml_device_memory() == [
+        gpu_sharing.DeviceMemory(total=80 * GIB, free=2 * GIB, used={100: 64 * GIB, 200: None})]
+    assert calls == ["init", "shutdown"]
+
+    def fails(h):
+        raise NVMLError("Insufficient Permissions")
+
+    fake.nvmlDeviceGetMemoryInfo = fails
+    got = gpu_sharing.memory_at_failure(gpu_sharing.nvml_device_memory, TRUSTED, CANDIDATE)
+    assert got.unknown == "NVML could not read the GPUs' memory: Insufficient Permissions" and calls[-1] == "shutdown"

@@ -16,11 +16,14 @@ from harness.db import crud, queries
 from harness.db.models import Job, Result
 from harness.evaluation import runner
 from harness.evaluation.runner import PrecompileResult
+from harness.grading import grade
 from harness.problems import get_registry
-from harness.schema import EvalResult, Provenance
+from harness.reporting import ranked
+from harness.schema import ChildError, ChildExit, EvalResult, GpuMemoryAtFailure, MemoryPlan, Provenance
 from harness.service.devices import Slot
 from harness.service.outcomes import infra_result
 from harness.service.worker import Worker
+from harness.verdicts import Phase
 
 from ..conftest import SUBMISSIONS
 from ..db.factories import eval_result, new_submission
@@ -83,6 +86,35 @@ def test_infra_errors_are_retried_up_to_the_bound_then_stored_once(svc_db, svc_s
     job, (res,) = job_and_results(svc_db, job_id)
     assert job.attempts == 3 and job.status == "done" and res.verdict == "infra_error"
     assert "call 3" in res.message and res.origin == "sandbox"
+
+
+def test_a_submission_that_only_claims_to_run_out_of_device_memory_is_retried_to_the_bound_and_never_ranked(
+        svc_db, svc_settings):
+    """On a host where NVML gave no figures, its own account of a use within its share makes its failure the
+    harness's (grading._harness_out_of_memory): evaluated `max_attempts` times, then stored as infra_error, which no
+    board ranks. Lying there buys it nothing but the loss of its result."""
+    job_id = submit(svc_db, "x", max_attempts=3)
+    calls = []
+
+    def claims_out_of_memory(spec, text, options, settings):
+        calls.append(1)
+        result = eval_result(max_rel_err=1.0)
+        obs = result.observations.model_copy(update={
+            "trials": [], "candidate_exit": ChildExit(finished=True, phase=Phase.correctness),
+            "gpu_memory_at_failure": GpuMemoryAtFailure(unknown="no NVML binding"),
+            "memory_plan": MemoryPlan(fits=True, message="fits", total_bytes=80 << 30, reserve_bytes=2 << 30,
+                                      phases_bytes={"candidate_trials": 22 << 30}),
+            "candidate_error": ChildError(phase=Phase.correctness, exc_type="OutOfMemoryError", message=(
+                "CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+                "0.50 GiB is free. Including non-PyTorch memory, this process has 1.00 GiB memory in use."))})
+        return result.model_copy(update={"observations": obs, **grade(obs, result.tolerance).result_fields()})
+
+    worker = run_worker(svc_db, svc_settings, evaluate_fn=claims_out_of_memory)
+    assert len(calls) == 3 and worker.stats.retried == 2 and worker.stats.completed == 1
+    job, (res,) = job_and_results(svc_db, job_id)
+    assert job.status == "done" and job.attempts == 3 and res.verdict == "infra_error"
+    assert "ran out of device memory holding 1.00 GiB" in res.message
+    assert not ranked(res.verdict, res.flags or [])
 
 
 def test_a_worker_exception_is_an_infra_error_and_a_submission_failure_is_not_retried(svc_db, svc_settings):
