@@ -89,6 +89,12 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     return []
 
 
+def _dense(obj: Any) -> list[torch.Tensor]:
+    """The output's tensors the judge can take (dense, strided, plain): only those are watched for later writes; the
+    others (sparse, meta, subclasses) are described to the judge, which refuses them (exchange.not_dense)."""
+    return [t for t in _tensors(obj) if exchange.not_dense(t) is None]
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -124,11 +130,11 @@ def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device
     before = [t.clone() for t in _tensors(inputs)]
     problem_module.manual_seed(forward_seed, device)  # as the trusted side did before the reference's call
     out = model(*inputs)
-    snapshot = [t.clone() for t in _tensors(out)]  # queued on the current stream: sees its order only
+    snapshot = [t.clone() for t in _dense(out)]  # queued on the current stream: sees its order only
     problem_module.synchronize(device)
     time.sleep(0.02)  # a deferred writer on another thread gets its chance to show itself
     problem_module.synchronize(device)
-    after = _tensors(out)
+    after = _dense(out)
     changed = len(snapshot) != len(after) or not all(_same(a, b) for a, b in zip(snapshot, after, strict=True))
     mutated = [k for k, (a, b) in enumerate(zip(before, _tensors(inputs), strict=True)) if not _same(a, b)]
     return out, changed, mutated

@@ -95,22 +95,20 @@ CORPUS: tuple[Exploit, ...] = (
             problem="level1/23", problems_dir="tests/fixtures/problems"),
     Exploit("low precision once timed", A + "precision_once_timed.py", "flagged", "timed_outputs",
             "timed outputs compared element by element at the problem's tolerance", HONEST),
-    Exploit("output file replaced by a FIFO", A + "output_fifo.py", "runtime_error", None,
-            "files the candidate wrote are opened without following links or blocking, and must be regular files "
-            "of bounded size", HONEST, message_has="not a regular file"),
-    Exploit("saved output rewritten: a storage location naming no device", A + "output_no_device.py",
-            "runtime_error", None,
-            "everything read from the candidate is hostile data (untrusted.load_outputs): every storage location must "
-            "name a device of the reference's kind, and any failure to read an output is the submission's",
-            HONEST, message_has="names no device"),
-    Exploit("saved output rewritten: a sparse tensor", A + "output_sparse.py", "shape_mismatch", None,
+    Exploit("output layout: data past the segment's end", A + "output_layout_outside.py", "runtime_error", None,
+            "everything read from the candidate is hostile data: its output's layout is checked against the segment "
+            "before a byte is copied out (untrusted.plan), and the copy is read, never mapped", HONEST,
+            message_has="no integer in"),
+    Exploit("output layout: fifteen thousand tensors", A + "output_layout_bomb.py", "runtime_error", None,
+            "a layout must list as many tensors as the reference's output has, checked before any is read", HONEST,
+            message_has="entries"),
+    Exploit("output layout: on the meta device", A + "output_layout_device.py", "shape_mismatch", None,
+            "an output must live on the reference's kind of device; the judge reads its own copy, not a claim",
+            HONEST, message_has="lives on"),
+    Exploit("output a sparse tensor", A + "output_sparse.py", "shape_mismatch", None,
             "an output must be dense, strided, plain torch.Tensors on a real device: sparse, meta, quantized and "
-            "nested tensors and subclasses are refused after the load, before any comparison", HONEST,
+            "nested tensors and subclasses are described, not packed, and refused before any comparison", HONEST,
             message_has="sparse_coo tensor"),
-    Exploit("saved output rewritten: a pickle of millions of objects", A + "output_pickle_bomb.py",
-            "runtime_error", None,
-            "the archive's table of contents is read before anything is unpickled: stored records only, few enough, "
-            "and a pickle no larger than the reference's output tensors need", HONEST, message_has="its pickle has"),
     Exploit("malformed reply to a command", A + "malformed_reply.py", "flagged", "protocol",
             "every reply the parent reads is validated against its command's reply model: one that does not fit is "
             "the candidate's protocol violation, never the harness's fault", HONEST),
