@@ -300,7 +300,7 @@ class _Session:
 
     def handover(self, cmd: Handover) -> dict[str, Any]:
         seg = self.segments["handover"]
-        slot = seg.nbytes // windows.PICKS_PER_WINDOW
+        slot = seg.nbytes // max(len(cmd.picks), 1)  # the segment holds as many slots as a window picks
         return {"layouts": [self._pack(self.kept[j], seg, k * slot) for k, j in enumerate(cmd.picks)]}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:
