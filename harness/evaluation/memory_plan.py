@@ -133,7 +133,7 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
         "prepare": fp.parameters + kept + trial,
         # Each trial: its inputs made and staged; the candidate's output copied out and judged (a trial not kept made
         # again first).
-        "trials": fp.parameters + kept + max(fp.inputs, recompute + compare),
+        "trials": fp.parameters + kept + max(fp.inputs, recompute, compare),
         # After the prepare's reply, beside the candidate's trials: each kept trial's outputs that compute nothing,
         # one at a time, compared with its kept output and truth.
         "ahead": fp.parameters + kept + fp.outputs + temps if c.judge_ahead else 0,
@@ -239,7 +239,7 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
                + (f" ({gib(free)} free of {gib(total)})" if free is not None else "")
                + (f", capped at {gib(budget_setting)} by HARNESS_DEVICE_MEMORY_BUDGET_MB"
                   if budget_setting is not None else ""))
-    if host_need:
+    if host_need and host_available is not None:
         figures += (f"; on the host the exchange needs {gib(host_need)} (its segments {gib(phases['segments'])} and "
                     f"the trusted side's copies), with a tenth to spare, of {gib(host_available)} available")
     if ok:

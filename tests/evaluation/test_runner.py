@@ -495,18 +495,6 @@ def test_a_size_whose_trial_files_would_not_fit_the_scratch_disk_writes_none(sma
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
 
 
-def test_the_exchange_memory_check_counts_what_one_trial_holds():
-    from harness.evaluation import exchange, trusted
-
-    one = exchange.trial_bytes(6 << 20, 6 << 20, "cpu", handover_slots=2)
-    assert one == exchange.TrialBytes(shared=3 * (6 << 20) + (6 << 20), trusted=18 << 20, candidate=6 << 20)
-    trusted.check_exchange_memory(one, 100 << 20, "cpu")  # 48 MiB (53 with a tenth to spare) of 100
-    with pytest.raises(trusted.ExchangeSpace, match=r"one trial holds 0.05 GiB .* smaller size"):
-        trusted.check_exchange_memory(one, 50 << 20, "cpu")
-    on_gpu = exchange.trial_bytes(6 << 20, 6 << 20, "cuda", handover_slots=2)
-    assert on_gpu.candidate == 12 << 20  # its inputs cloned off the segment
-
-
 def test_no_trial_file_is_written_in_an_evaluation(settings, registry, monkeypatch):
     """Init arguments, parameters, inputs, outputs, hand-overs: all through shared memory. Every file either child
     opens for writing under the evaluation's dirs is recorded (the scratch dir is watched as it runs)."""
