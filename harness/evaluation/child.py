@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.utils.cpp_extension
 
-from harness.evaluation import exchange, launches, parameters, problem_module, timing, torchflags, windows
+from harness.evaluation import exchange, launches, parameters, problem_module, timing, torchflags
 from harness.evaluation.protocol import (
     REPLIES,
     CandidateCommand,

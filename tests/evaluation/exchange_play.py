@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from harness.evaluation import exchange, windows
+from harness.evaluation import exchange
 from harness.evaluation.protocol import CheckHandoverCommand, TakeCommand
 
 
