@@ -286,6 +286,15 @@ class MemoryPlan(BaseModel):
     parameter_bytes: int = 0
     truth_bytes: int = 0  # one call's outputs in float64
     forward_work_bytes: int = 0  # the reference forward's peak above its inputs
+    # The candidate's planned share of the device: its peak over its phases (trials, timed windows), were its kernels
+    # the reference's. An out-of-memory error within it is the harness's plan failing, not the submission.
+    candidate_bytes: int = 0
+    segment_bytes: int = 0  # the exchange's segments: one trial's inputs and output, one window's hand-overs
+    exchange_device: Literal["cpu", "cuda"] = "cpu"  # where the segments live
+    handover_slots: int = 1  # outputs one window hands over at most (the hand-over segment's slots)
+    host_needs_bytes: int = 0  # host memory the exchange takes beside a CUDA evaluation (segments, copies)
+    host_available_bytes: int | None = None  # the host's MemAvailable when the plan was made
+    judge_ahead: bool = False  # the outputs that compute nothing judged after the prepare's reply, beside the trials
 
 
 class GpuMemoryAtFailure(BaseModel):

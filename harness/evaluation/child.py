@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.utils.cpp_extension
 
-from harness.evaluation import exchange, launches, parameters, problem_module, timing, torchflags, windows
+from harness.evaluation import exchange, launches, parameters, problem_module, timing, torchflags
 from harness.evaluation.protocol import (
     REPLIES,
     CandidateCommand,
@@ -306,7 +306,7 @@ class _Session:
 
     def handover(self, cmd: Handover) -> dict[str, Any]:
         seg = self.segments["handover"]
-        slot = seg.nbytes // windows.PICKS_PER_WINDOW
+        slot = seg.nbytes // max(len(cmd.picks), 1)  # the segment holds as many slots as a window picks
         return {"layouts": [self._pack(self.kept[j], seg, k * slot) for k, j in enumerate(cmd.picks)]}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:

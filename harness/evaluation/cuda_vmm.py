@@ -69,7 +69,8 @@ def _prop(device: int) -> _Prop:
     return prop
 
 
-def _granularity(device: int) -> int:
+def granularity(device: int) -> int:
+    """The allocation unit of a segment's device memory (2 MiB on an H100): what a segment of any size takes."""
     g = ctypes.c_size_t()
     prop = _prop(device)
     _check(_cuda().cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(prop),
@@ -131,7 +132,7 @@ def _map(handle: int, size: int, device: int, owner: bool) -> Mapping:
 def allocate(nbytes: int, device: int) -> Mapping:
     """Device memory of at least `nbytes` (at least one granule), exportable as an fd, mapped here."""
     torch.zeros(1, device=f"cuda:{device}")  # the primary context, current
-    g = _granularity(device)
+    g = granularity(device)
     size = max(g, (nbytes + g - 1) // g * g)
     handle = ctypes.c_uint64()
     prop = _prop(device)

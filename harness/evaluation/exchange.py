@@ -11,7 +11,7 @@ reaches. Where a segment's data lies is said in a layout, a JSON object carried 
 The candidate can write to every segment it maps at any time, so the trusted side reads nothing in place: `take`
 copies an output out (with preadv on the host: it never maps a segment the candidate can write) and validates the
 copy's layout as hostile data (untrusted.plan). One trial's data lives at a time: its inputs, its output, and the
-hand-overs of one window (`TrialBytes`).
+hand-overs of one window (memory_plan.segments counts them).
 """
 
 from __future__ import annotations
@@ -298,23 +298,3 @@ def take(layout: Any, seg: Segment, expected_tensors: int, device: torch.device)
     if kind == "tensor":
         return got[0]
     return tuple(got) if kind == "tuple" else got
-
-
-# --- how much memory one trial holds ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TrialBytes:
-    """What one trial holds at once besides the models (the memory plan's terms), in bytes: `shared` the segments
-    (mapped by both, counted once: inputs, one output, the hand-over slots), `trusted` the trusted side's own copies
-    (the inputs it makes, the output it copies out, trial 0's kept for the determinism re-run), `candidate` the
-    candidate's own (its output before it packs it; inputs on CUDA, cloned off the segment)."""
-
-    shared: int
-    trusted: int
-    candidate: int
-
-
-def trial_bytes(input_bytes: int, output_bytes: int, device: str, handover_slots: int) -> TrialBytes:
-    return TrialBytes(shared=aligned(input_bytes) + (1 + handover_slots) * aligned(output_bytes),
-                      trusted=input_bytes + 2 * output_bytes,
-                      candidate=output_bytes + (input_bytes if device == "cuda" else 0))

@@ -3,9 +3,15 @@ the byte counts the trusted side saw on the first trial (inputs, outputs, parame
 memory) and the device's free memory.
 
 Both processes share one GPU, and each keeps what its caching allocator once held: the peak of the trusted side's
-phases (prepare, the windows' calibration, judge, timed windows) and the peak of the candidate's (trials, timed
-windows) add up. Where they do not fit, the harness first shrinks what it keeps itself, in this order:
+phases (prepare, the windows' calibration, the trials' stage and take, judge, timed windows) and the peak of the
+candidate's (trials, timed windows) add up, with the exchange's segments (inputs, output, one window's hand-over
+slots) beside them from the prepare's end to the evaluation's: on the device where they are device memory, else on
+the host, whose available memory bounds them and the trusted side's host copies. Work the trusted side does after a
+reply, while the candidate runs its trials (the outputs that compute nothing, judged ahead), counts beside the
+candidate's trials and the trusted side's own trial work. Where they do not fit, the harness first shrinks what it
+keeps itself, in this order:
 
+  0. the outputs that compute nothing are judged at the judge (the candidate idle), not ahead beside its trials;
   1. trials kept from the prepare to the judge (their expected outputs and float64 truths), down to none: each is
      then made again at the judge, one trial on the device at a time;
   2. the float64 truth: computed on the host and compared on the device a small slice at a time, instead of
@@ -19,7 +25,7 @@ Only then is a problem too large, with its figures: what it needs, what the devi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.schema import MemoryPlan
 
@@ -63,6 +69,13 @@ class Footprint:
     keep_bytes: int  # the expected outputs and truths kept from the prepare at most (trusted.KEEP_BYTES)
     compare_slice: int  # elements compared at once with the truth on the device (compare.COMPARE_SLICE)
     fingerprint_chunk: int  # a fingerprint's slice of a window's outputs in float64 (timing.FINGERPRINT_CHUNK_BYTES)
+    # The exchange (exchange.py): where its segments live ("cuda": device memory; "cpu": the host's), a segment's
+    # allocation unit there (the VMM granularity on CUDA), and the most outputs one window hands over.
+    exchange_device: str = "cpu"
+    granule: int = 1
+    picks_per_window: int = 2
+    device: str = "cuda"  # the evaluation's device: on "cpu" the device's memory is the host's
+    judge_ahead: bool = False  # the outputs that compute nothing are to be judged after the prepare's reply
 
     @property
     def f64_ratio(self) -> float:
@@ -76,6 +89,22 @@ class Choice:
     trials_kept: int
     truth: str  # "device" | "host"
     calls: int
+    judge_ahead: bool = False
+
+
+def _room(n: int, granule: int) -> int:
+    return max(granule, -(-n // granule) * granule) if granule > 1 else n
+
+
+def handover_slots(fp: Footprint, c: Choice) -> int:
+    """Outputs one window hands over at most: no more than it picks, no more than it holds."""
+    return max(1, min(fp.picks_per_window, c.calls))
+
+
+def segments(fp: Footprint, c: Choice) -> int:
+    """The exchange's segments for the trials and windows: one trial's inputs, its output, one window's hand-overs."""
+    return (_room(fp.inputs, fp.granule) + _room(fp.outputs, fp.granule)
+            + _room(handover_slots(fp, c) * fp.outputs, fp.granule))
 
 
 def fingerprint(fp: Footprint, c: Choice) -> int:
@@ -99,8 +128,15 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     # A judged trial: the expected output, its truth, the candidate's output read, and the comparison's slice (the
     # outputs that compute nothing are made and compared after the candidate's is let go).
     compare = fp.outputs + (fp.outputs_f64 if on_device else 0) + fp.outputs + temps
+    recompute = trial if c.trials_kept < fp.trials else 0
     return {
         "prepare": fp.parameters + kept + trial,
+        # Each trial: its inputs made and staged; the candidate's output copied out and judged (a trial not kept made
+        # again first).
+        "trials": fp.parameters + kept + max(fp.inputs, recompute, compare),
+        # After the prepare's reply, beside the candidate's trials: each kept trial's outputs that compute nothing,
+        # one at a time, compared with its kept output and truth.
+        "ahead": fp.parameters + kept + fp.outputs + temps if c.judge_ahead else 0,
         "calibration": fp.parameters + c.calls * fp.inputs,
         "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
         # The kept trials stay until the evaluation's end (Trusted.release).
@@ -121,10 +157,25 @@ def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, 
 
 
 def needs(fp: Footprint, c: Choice, budget: int | None, reserve: int) -> tuple[int, dict[str, int]]:
-    """Both sides' peaks and the reserve: what the choice needs at once."""
+    """Both sides' peaks, the segments on the device and the reserve: what the choice needs at once. The work judged
+    ahead runs beside the candidate's trials and the trusted side's own trial work: it counts on top of them."""
     trusted, candidate = trusted_phases(fp, c), candidate_phases(fp, c, budget)
     phases = {f"trusted_{k}": v for k, v in trusted.items()} | {f"candidate_{k}": v for k, v in candidate.items()}
-    return max(trusted.values()) + max(candidate.values()) + reserve, phases
+    on_device = segments(fp, c) if fp.exchange_device == "cuda" or fp.device == "cpu" else 0
+    phases["segments"] = segments(fp, c)
+    at_trials = trusted["trials"] + trusted["ahead"]
+    phases["trusted_at_trials"] = at_trials
+    trusted_peak = max(at_trials, *(v for k, v in trusted.items() if k not in ("trials", "ahead")))
+    return trusted_peak + max(candidate.values()) + on_device + reserve, phases
+
+
+def host_needs(fp: Footprint, c: Choice) -> int:
+    """The host memory the exchange takes beside a CUDA evaluation: its segments where they are the host's, and the
+    trusted side's host copies (a trial's inputs written through it, an output read back). On a CPU evaluation the
+    device's memory is the host's: `needs` counts it all."""
+    if fp.device == "cpu" or fp.exchange_device == "cuda":
+        return 0
+    return segments(fp, c) + fp.inputs + fp.outputs
 
 
 def _kept_at_most(fp: Footprint) -> int:
@@ -138,52 +189,73 @@ def gib(n: int | None) -> str:
 
 
 def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int | None,
-         reserve: int) -> MemoryPlan:
+         reserve: int, host_available: int | None = None) -> MemoryPlan:
     """The evaluation's memory plan. `free` is the device memory this evaluation may use (the device's free memory and
     what the trusted process already holds), `total` the device's; `budget_setting` caps it (a GPU shared with other
     work, a test); `reserve` is kept spare for what is not counted (the candidate's CUDA context, library workspaces,
-    the allocator's rounding). Where neither gives a budget (the host), the plan fits and says its figures."""
+    the allocator's rounding). `host_available` is the host's available memory (MemAvailable), which bounds the
+    exchange's host segments and copies with a tenth to spare. Where neither gives a device budget (the host), the
+    device side fits and says its figures."""
     budgets = [b for b in (free, budget_setting) if b is not None]
     budget = min(budgets) if budgets else None
-    choice = Choice(trials_kept=_kept_at_most(fp), truth="device", calls=max(1, fp.calls_wanted))
+    choice = Choice(trials_kept=_kept_at_most(fp), truth="device", calls=max(1, fp.calls_wanted),
+                    judge_ahead=fp.judge_ahead)
     shrunk: list[str] = []
 
-    def fits(c: Choice) -> bool:
-        return budget is None or needs(fp, c, budget, reserve)[0] <= budget
+    def host_fits(c: Choice) -> bool:
+        return host_available is None or host_needs(fp, c) * 1.1 <= host_available
 
+    def fits(c: Choice) -> bool:
+        return (budget is None or needs(fp, c, budget, reserve)[0] <= budget) and host_fits(c)
+
+    if not fits(choice) and choice.judge_ahead:
+        choice = replace(choice, judge_ahead=False)
+        shrunk.append("the outputs that compute nothing judged at the judge, the candidate idle, instead of beside "
+                      "its trials")
     if not fits(choice) and choice.trials_kept:
         start = choice.trials_kept
         while choice.trials_kept and not fits(choice):
-            choice = Choice(choice.trials_kept - 1, choice.truth, choice.calls)
+            choice = replace(choice, trials_kept=choice.trials_kept - 1)
         shrunk.append(f"trials kept from the prepare to the judge {start} -> {choice.trials_kept} "
                       "(the others made again at the judge, one at a time)")
     if not fits(choice):
-        choice = Choice(choice.trials_kept, "host", choice.calls)
+        choice = replace(choice, truth="host")
         shrunk.append(f"float64 truth computed on the host and compared on the device {SMALL_COMPARE_SLICE} "
                       "elements at a time, instead of whole on the device")
     if not fits(choice) and choice.calls > 1:
         start = choice.calls
         while choice.calls > 1 and not fits(choice):
-            choice = Choice(choice.trials_kept, choice.truth, choice.calls - 1)
+            choice = replace(choice, calls=choice.calls - 1)
         shrunk.append(f"calls per timed window {start} -> {choice.calls}")
     need, phases = needs(fp, choice, budget, reserve)
-    ok = budget is None or need <= budget
-    figures = (f"needs {gib(need)} ({gib(max(v for k, v in phases.items() if k.startswith('trusted_')))} the trusted "
-               f"side, {gib(max(v for k, v in phases.items() if k.startswith('candidate_')))} the candidate, "
-               f"{gib(reserve)} reserve), has {gib(budget)}"
+    host_need = host_needs(fp, choice)
+    device_ok = budget is None or need <= budget
+    ok = device_ok and host_fits(choice)
+    trusted_peak = max(v for k, v in phases.items() if k.startswith("trusted_"))
+    candidate_peak = max(v for k, v in phases.items() if k.startswith("candidate_"))
+    on_device = phases["segments"] if fp.exchange_device == "cuda" or fp.device == "cpu" else 0
+    figures = (f"needs {gib(need)} ({gib(trusted_peak)} the trusted side, {gib(candidate_peak)} the candidate, "
+               f"{gib(on_device)} the exchange's segments, {gib(reserve)} reserve), has {gib(budget)}"
                + (f" ({gib(free)} free of {gib(total)})" if free is not None else "")
                + (f", capped at {gib(budget_setting)} by HARNESS_DEVICE_MEMORY_BUDGET_MB"
                   if budget_setting is not None else ""))
+    if host_need and host_available is not None:
+        figures += (f"; on the host the exchange needs {gib(host_need)} (its segments {gib(phases['segments'])} and "
+                    f"the trusted side's copies), with a tenth to spare, of {gib(host_available)} available")
     if ok:
         message = f"fits: {figures}" + (f"; shrunk: {'; '.join(shrunk)}" if shrunk else "")
     else:
-        message = (f"too large for this device's memory: {figures}; already shrunk: "
+        where = "this device's memory" if not device_ok else "the host's memory"
+        message = (f"too large for {where}: {figures}; already shrunk: "
                    f"{'; '.join(shrunk) or 'nothing'}. One call's inputs are {gib(fp.inputs)}, its outputs "
                    f"{gib(fp.outputs)}, the parameters {gib(fp.parameters)}: evaluate the problem at a smaller size "
                    "or on a device with more memory")
     return MemoryPlan(
         fits=ok, message=message, budget_bytes=budget, free_bytes=free, total_bytes=total,
         budget_setting_bytes=budget_setting, reserve_bytes=reserve, needs_bytes=need, phases_bytes=phases,
+        candidate_bytes=candidate_peak, segment_bytes=phases["segments"], exchange_device=fp.exchange_device,
+        handover_slots=handover_slots(fp, choice), host_needs_bytes=host_need, host_available_bytes=host_available,
+        judge_ahead=choice.judge_ahead,
         trials=fp.trials, trials_kept=choice.trials_kept, truth=choice.truth,
         compare_slice=fp.compare_slice if choice.truth == "device" else SMALL_COMPARE_SLICE,
         calls_per_window=choice.calls, calls_wanted=fp.calls_wanted, shrunk=shrunk,

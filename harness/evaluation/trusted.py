@@ -141,10 +141,6 @@ KEEP_BYTES = 8 << 30
 TRIVIAL_AHEAD_BYTES = 64 << 20
 
 
-class ExchangeSpace(RuntimeError):
-    """The memory the exchange needs at this size is not there: the host's limit, not the submission's."""
-
-
 def _described(values: list[Any]) -> list[tuple[int, str]]:
     """Tensors as (elements, dtype name), for the memory plan."""
     return [(t.numel(), str(t.dtype).removeprefix("torch.")) for t in values if isinstance(t, torch.Tensor)]
@@ -162,29 +158,17 @@ def _tensor_bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
-def available_bytes(device: torch.device) -> int:
-    """The memory an evaluation's exchange can take on `device`: the GPU's free memory, or the host's available
-    memory (memfds are the host's memory, not a filesystem's)."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 1 << 62
-
-
-def check_exchange_memory(trial: exchange.TrialBytes, available: int, device: str) -> None:
-    """Fail before the first segment is made: what one trial holds at once (exchange.trial_bytes: the shared
-    segments, the trusted side's copies, the candidate's) must fit the device's available memory with a tenth to
-    spare, else an allocation fails halfway and reads as the submission's fault."""
-    need = trial.shared + trial.trusted + trial.candidate
-    if need * 1.1 > available:
-        raise ExchangeSpace(
-            f"at this size one trial holds {need / 2**30:.2f} GiB in the exchange ({trial.shared / 2**30:.2f} GiB "
-            f"shared, {trial.trusted / 2**30:.2f} GiB the trusted side's, {trial.candidate / 2**30:.2f} GiB the "
-            f"candidate's), and the {device} has {available / 2**30:.1f} GiB available: evaluate the problem at a "
-            "smaller size (a size variant, or `harness selfcheck --sizes reduced`)")
+def host_available() -> int | None:
+    """The host's available memory (MemAvailable): what the exchange's host segments (memfds are the host's memory,
+    not a filesystem's) and the trusted side's host copies may take."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 class Trusted:
@@ -336,10 +320,6 @@ class Trusted:
                     # The same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
                     stochastic = self.stochastic = not _same_outputs(self.model(*on_device), expected)
-                    # Before the first segment is made: an allocation that fails halfway says nothing of why.
-                    check_exchange_memory(self.trial_bytes(_tensor_bytes(_as_list(on_device) or []),
-                                                           _tensor_bytes(_as_list(expected) or [])),
-                                          available_bytes(self.device), self.device.type)
                     output_shapes = [list(o.shape) for o in _as_list(expected) or [] if isinstance(o, torch.Tensor)]
                     output_bytes = _tensor_bytes(_as_list(expected) or [])
                     self.output_count = len(_as_list(expected) or [])
@@ -364,7 +344,7 @@ class Trusted:
         if self.device.type == "cuda":  # the prepare's temporaries (float64 copies) back to the driver: the
             torch.cuda.empty_cache()  # candidate shares this GPU (level1/41 at its own size ran out beside them)
         clock.lap("calibrate")
-        if cmd.atol is not None and cmd.rtol is not None and output_bytes <= TRIVIAL_AHEAD_BYTES:
+        if plan.judge_ahead and cmd.atol is not None and cmd.rtol is not None:
             tolerance = (cmd.atol, cmd.rtol)
             self.after_reply = lambda: self.trivial_ahead(*tolerance)
         # One trial's room: its inputs (staged anew for each trial), its output, and one window's hand-overs.
@@ -374,7 +354,8 @@ class Trusted:
         specs = self._share({
             "inputs": exchange.create(input_room, where, writable=False),
             "output": exchange.create(output_room, where),
-            "handover": exchange.create(windows.PICKS_PER_WINDOW * output_room, where),
+            # One window's hand-overs: no more outputs than a window holds (the plan's calls) or picks.
+            "handover": exchange.create(plan.handover_slots * output_room, where),
         })
         clock.lap("segments")
         return {
@@ -411,14 +392,24 @@ class Trusted:
             free += torch.cuda.memory_reserved(self.device)
             work = max(work, torch.cuda.max_memory_allocated(self.device) - base)
         io_bytes = memory_plan.tensor_bytes(described[0]) + memory_plan.tensor_bytes(described[1])
+        where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        granule = 1
+        if where == "cuda":
+            from harness.evaluation import cuda_vmm
+
+            granule = cuda_vmm.granularity(self.device.index or 0)
+        outputs_bytes = memory_plan.tensor_bytes(described[1])
         footprint = memory_plan.Footprint(
             inputs=memory_plan.tensor_bytes(described[0]), inputs_f64=memory_plan.float64_bytes(described[0]),
             outputs=memory_plan.tensor_bytes(described[1]), outputs_f64=memory_plan.float64_bytes(described[1]),
             parameters=memory_plan.tensor_bytes(described[2]), parameters_f64=memory_plan.float64_bytes(described[2]),
             forward_work=work, trials=trials, calls_wanted=windows.most_calls(io_bytes, self.device.type),
             keep_bytes=KEEP_BYTES, compare_slice=compare.COMPARE_SLICE,
-            fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES)
-        self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve)
+            fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES, exchange_device=where, granule=granule,
+            picks_per_window=windows.PICKS_PER_WINDOW, device=self.device.type,
+            judge_ahead=cmd.atol is not None and cmd.rtol is not None and outputs_bytes <= TRIVIAL_AHEAD_BYTES)
+        self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve,
+                                     host_available())
         return self.plan
 
     def _model64(self) -> torch.nn.Module | None:
@@ -474,9 +465,6 @@ class Trusted:
         if done:  # none where every trial's expected outputs are computed again at the judge
             self.trivial_found, self.trivial_judged = found, ((atol, rtol), done)
             self.trivial_ahead_s = time.perf_counter() - t0
-
-    def trial_bytes(self, input_bytes: int, output_bytes: int) -> exchange.TrialBytes:
-        return exchange.trial_bytes(input_bytes, output_bytes, self.device.type, windows.PICKS_PER_WINDOW)
 
     def stage(self, cmd: StageCommand) -> dict[str, Any]:
         """Trial `cmd.trial`'s inputs, made again from its seed, written over the last trial's in the inputs segment:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from harness.evaluation import exchange, windows
+from harness.evaluation import exchange
 from harness.evaluation.protocol import CheckHandoverCommand, TakeCommand
 
 
@@ -28,7 +28,7 @@ def handover_command(side: Any, outs: list[torch.Tensor], seeds: list[int], forw
                      **kw: Any) -> CheckHandoverCommand:
     """`outs` packed one to a slot of the hand-over segment; the command that checks them."""
     seg = side.segments["handover"]
-    slot = seg.nbytes // windows.PICKS_PER_WINDOW
+    slot = seg.nbytes // max(len(outs), 1)
     layouts = [exchange.pack(o, seg, k * slot) for k, o in enumerate(outs)]
     return CheckHandoverCommand(layouts=layouts, seeds=seeds, forward_seeds=forward_seeds, atol=1e-4, rtol=1e-4,
                                 **kw)

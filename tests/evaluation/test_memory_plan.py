@@ -14,14 +14,16 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "kernelbench"
 
 
 def _footprint(inputs: list[tuple[int, str]], outputs: list[tuple[int, str]], work: int, trials: int = 6,
-               parameters: list[tuple[int, str]] | None = None, device: str = "cuda") -> mp.Footprint:
+               parameters: list[tuple[int, str]] | None = None, device: str = "cuda",
+               **exchange: object) -> mp.Footprint:
     params = parameters or []
     io = mp.tensor_bytes(inputs) + mp.tensor_bytes(outputs)
     return mp.Footprint(inputs=mp.tensor_bytes(inputs), inputs_f64=mp.float64_bytes(inputs),
                         outputs=mp.tensor_bytes(outputs), outputs_f64=mp.float64_bytes(outputs),
                         parameters=mp.tensor_bytes(params), parameters_f64=mp.float64_bytes(params),
                         forward_work=work, trials=trials, calls_wanted=windows.most_calls(io, device),
-                        keep_bytes=8 << 30, compare_slice=1 << 26, fingerprint_chunk=256 * MIB)
+                        keep_bytes=8 << 30, compare_slice=1 << 26, fingerprint_chunk=256 * MIB,
+                        device=device, **exchange)  # type: ignore[arg-type]
 
 
 # One call of 4 MiB in and out (KernelBench's ReLU at batch 256), its float64 copies twice that.
@@ -152,3 +154,73 @@ def test_level1_23_softmax_at_its_own_size():
     # (the input, the expected output, and the stochastic check's second output).
     small = mp.plan(fp, free=48 * GIB, total=48 * GIB, budget_setting=None, reserve=2 * GIB)
     assert small.fits and small.truth == "host" and small.needs_bytes == 18 * GIB + 24 * GIB + 2 * GIB
+
+
+# The H100 80GB where level1/96 and level1/23 ran at their own sizes: 79.18 GiB in all, 78.57 GiB free with the
+# trusted process's context made; the exchange's segments in its device memory (2 MiB a granule).
+H100_MEASURED = (int(78.57 * GIB), int(79.18 * GIB))
+DEVICE_EXCHANGE = {"exchange_device": "cuda", "granule": 2 * MIB, "picks_per_window": windows.PICKS_PER_WINDOW}
+
+
+def test_level1_96_counts_the_segments_and_judging_ahead_beside_the_candidates_trials():
+    """level1/96 on the H100: the plan said 66 GiB of 78.57 fit (40 the trusted side's prepare, 24 the candidate's
+    trial), and the candidate ran out of memory in its trial with 64.7 GiB held by the other processes. The 8 GiB
+    input segment was in no term. Now the segments count on the device, and the trusted side's work while the
+    candidate runs its trials (staging, taking, judging ahead) counts beside the candidate's trial."""
+    n = 32768 * 32768
+    fp = _footprint([(n, "float32"), (n, "float32")], [(1, "float32")], work=8 * GIB + 16896, judge_ahead=True,
+                    **DEVICE_EXCHANGE)
+    plan = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=200 * GIB)
+    assert plan.fits, plan.message
+    # One window of one call hands over one output: one slot, not PICKS_PER_WINDOW.
+    assert plan.calls_per_window == 1 and plan.handover_slots == 1
+    assert plan.phases_bytes["segments"] == 8 * GIB + 2 * MIB + 2 * MIB
+    assert plan.phases_bytes["trusted_at_trials"] == plan.phases_bytes["trusted_trials"] + \
+        plan.phases_bytes["trusted_ahead"]
+    assert plan.phases_bytes["trusted_ahead"] > 0 and plan.judge_ahead
+    assert plan.candidate_bytes == plan.phases_bytes["candidate_trials"] == 24 * GIB + 16896 + 4
+    assert plan.needs_bytes == plan.phases_bytes["trusted_prepare"] + plan.candidate_bytes + \
+        plan.phases_bytes["segments"] + 2 * GIB
+    assert "the exchange's segments" in plan.message and "8.00 GiB the exchange's segments" in plan.message
+    assert plan.host_needs_bytes == 0  # the segments are the device's
+    # The plan's old figure, 66 GiB, left the segments out: the same choice needs 74 GiB now.
+    assert plan.needs_bytes > 66 * GIB + 8 * GIB
+
+
+def test_level1_23_fits_the_h100_with_one_handover_slot():
+    """level1/23 on the H100 ended before any trial: the exchange's own check counted two hand-over slots of 6 GiB
+    (54 GiB in one trial, against 47 GiB available then). One call a window hands over one output: the segments are
+    6 + 6 + 6 GiB, and the plan, the one owner of the verdict, fits it."""
+    n = 4096 * 393216
+    fp = _footprint([(n, "float32")], [(n, "float32")], work=4 * n, **DEVICE_EXCHANGE)
+    plan = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=200 * GIB)
+    assert plan.fits, plan.message
+    assert (plan.calls_per_window, plan.handover_slots, plan.trials_kept) == (1, 1, 0)
+    assert plan.phases_bytes["segments"] == 18 * GIB
+    assert plan.candidate_bytes == 24 * GIB
+    assert plan.needs_bytes <= H100_MEASURED[0]
+    assert plan.needs_bytes == max(v for k, v in plan.phases_bytes.items() if k.startswith("trusted_")) + \
+        24 * GIB + 18 * GIB + 2 * GIB
+
+
+def test_host_segments_are_bounded_by_the_hosts_available_memory():
+    """A CUDA evaluation whose segments are the host's: the plan checks them (and the trusted side's host copies)
+    against MemAvailable with a tenth to spare, and says so when they do not fit."""
+    n = 4096 * 393216
+    fp = _footprint([(n, "float32")], [(n, "float32")], work=4 * n, exchange_device="cpu")
+    ok = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=64 * GIB)
+    assert ok.fits and ok.host_needs_bytes == 18 * GIB + 12 * GIB and ok.phases_bytes["segments"] == 18 * GIB
+    short = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=32 * GIB)
+    assert not short.fits and short.message.startswith("too large for the host's memory")
+
+
+def test_judging_ahead_is_the_first_thing_shrunk():
+    """Where the work judged ahead does not fit beside the candidate's trials, it moves to the judge first."""
+    fp = _footprint([(16 << 20, "float32")], [(16 << 20, "float32")], work=64 * MIB, judge_ahead=True,
+                    **DEVICE_EXCHANGE)
+    c = mp.Choice(6, "device", fp.calls_wanted, judge_ahead=True)
+    ahead, at_judge = mp.needs(fp, c, None, 0)[0], mp.needs(fp, mp.replace(c, judge_ahead=False), None, 0)[0]
+    assert ahead > at_judge
+    plan = mp.plan(fp, None, None, budget_setting=ahead - 1, reserve=0)
+    assert plan.fits and not plan.judge_ahead and plan.shrunk[0].startswith("the outputs that compute nothing")
+    assert plan.trials_kept == 6 and plan.needs_bytes == at_judge  # nothing else had to go
