@@ -287,7 +287,9 @@ def _candidate_share(plan: MemoryPlan) -> int | None:
     """The device memory the plan gave the candidate, as NVML counts a process's: the peak of its phases and the
     plan's reserve, the margin for what the phases do not count (its CUDA context, library workspaces, the
     allocator's rounding), all of which NVML's figure holds."""
-    phases = [v for k, v in plan.phases_bytes.items() if k.startswith("candidate_")]
+    if plan.candidate_bytes:
+        return plan.candidate_bytes + plan.reserve_bytes
+    phases = [v for k, v in plan.phases_bytes.items() if k.startswith("candidate_")]  # a plan stored before
     return max(phases) + plan.reserve_bytes if phases else None
 
 

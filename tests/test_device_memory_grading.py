@@ -119,3 +119,13 @@ def test_the_classifier_reads_pytorchs_figures_and_the_cuda_runtimes_words():
     assert raw is not None and raw.held is None
     assert device_out_of_memory("RuntimeError", "DefaultCPUAllocator: can't allocate memory") is None
     assert device_out_of_memory("OutOfResources", "out of resource: shared memory, Required: 262144") is None
+
+
+def test_the_share_is_the_plans_own_candidate_figure_where_it_has_one():
+    """A plan that names the candidate's share (`candidate_bytes`: its peak over trials and windows, counted by the
+    plan itself) gives that share, not the largest of its phases: 30 GiB held within 32 + 2 is the harness's; the
+    same figures under a plan whose phases alone say 22 GiB are the submission's."""
+    named = PLAN.model_copy(update={"candidate_bytes": 32 * GIB})
+    seen = _nvml(candidate=30.0, free=1.0, trusted=46.0)
+    assert grade(_obs(_oom_text(1.0, 1.0, 30.0), seen=seen, plan=named), TOL).verdict == Verdict.infra_error
+    assert grade(_obs(_oom_text(1.0, 1.0, 30.0), seen=seen), TOL).verdict == Verdict.runtime_error
