@@ -20,10 +20,13 @@ Prints the figures and writes them as JSON with the machine, the versions and th
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import platform
 import random
+import re
 import signal
 import socket
 import statistics
@@ -64,8 +67,8 @@ def _env(data_dir: Path, database_url: str | None, **extra: str) -> dict[str, st
 def start_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", "--no-worker", "--open", "--port", str(port)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        cmd = [sys.executable, "-m", "harness", "serve", "--no-worker", "--open", "--port", str(port)]
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -91,11 +94,17 @@ def stop(proc: subprocess.Popen, timeout: float = 60) -> None:
             proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def seed_results(settings: Settings, n: int) -> tuple[float, int]:
     """n finished submissions with graded results, as a worker stores them; returns (seconds, one submission id)."""
     registry = get_registry()
     specs = registry.all()
-    rng = random.Random(7)
+    rng = random.Random(7)  # noqa: S311 - made-up results, not secrets
     db = Database(settings)
     t0 = time.perf_counter()
     sid = 0
@@ -158,13 +167,18 @@ def pages_on(label: str, data_dir: Path, database_url: str | None, n: int, repea
     return {"results": n, "stored_s": round(seed_s, 1), "pages": pages}
 
 
-def run_load(data_dir: Path, clients: int, duration: int, wait_s: float, worker: bool) -> dict:
-    env = _env(data_dir, None)
+def run_load(data_dir: Path, clients: int, duration: int, wait_s: float, worker: bool,
+             queue_limit: int | None = None) -> dict:
+    """The load phase; its figures and checks. `queue_limit`: HARNESS_MAX_QUEUED_PER_TOKEN (None: the default)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = _env(data_dir, None, **({"HARNESS_MAX_QUEUED_PER_TOKEN": str(queue_limit)} if queue_limit else {}))
     server, base = start_server(env, data_dir / "serve-load.log")
     procs = []
     record = data_dir / "requests.jsonl"
-    with Database(Settings(data_dir=data_dir), migrate_now=False).session() as s:
+    db = Database(Settings(data_dir=data_dir), migrate_now=False)
+    with db.session() as s:
         first_id = (s.query(Submission.id).order_by(Submission.id.desc()).limit(1).scalar() or 0) + 1
+    db.dispose()
     try:
         if worker:
             with open(data_dir / "worker.log", "a") as out:
@@ -175,16 +189,20 @@ def run_load(data_dir: Path, clients: int, duration: int, wait_s: float, worker:
         locust = [sys.executable, "-m", "locust", "-f", str(REPO / "benchmarks" / "locustfile.py"), "--headless",
                   "-u", str(clients), "-r", str(clients), "-t", f"{duration}s", "-H", base, "--only-summary",
                   "--stop-timeout", "30", "--loglevel", "WARNING"]
-        t0 = time.monotonic()
-        subprocess.run(locust, env={**env, "KH_LOAD_RECORD": str(record), "KH_LOAD_WAIT_S": str(wait_s)},
-                       check=False, timeout=duration + 180, stdout=open(data_dir / "locust.log", "w"),
-                       stderr=subprocess.STDOUT)
-        wall = time.monotonic() - t0
+        t0, cpu0 = time.monotonic(), cpu_seconds(server.pid)
+        with open(data_dir / "locust.log", "w") as out:
+            subprocess.run(locust, env={**env, "KH_LOAD_RECORD": str(record), "KH_LOAD_WAIT_S": str(wait_s)},
+                           check=False, timeout=duration + 180, stdout=out, stderr=subprocess.STDOUT)
+        wall, server_cpu = time.monotonic() - t0, cpu_seconds(server.pid) - cpu0
     finally:
         for p in procs:
             stop(p)
         stop(server)
-    return {"wall_s": round(wall, 1), **check_run(data_dir, record, first_id)}
+    figures = check_run(data_dir, record, first_id)
+    served = sum(sum(c.values()) for c in figures["status_counts"].values())
+    # The server's CPU per answer: what a request costs it, whatever else the machine runs meanwhile.
+    return {"wall_s": round(wall, 1), "requests_per_s": round(served / wall, 1), "server_cpu_s": round(server_cpu, 1),
+            "server_cpu_ms_per_request": round(1000 * server_cpu / max(served, 1), 2), **figures}
 
 
 def check_run(data_dir: Path, record: Path, first_id: int) -> dict:
@@ -201,18 +219,19 @@ def check_run(data_dir: Path, record: Path, first_id: int) -> dict:
     db = Database(Settings(data_dir=data_dir), migrate_now=False)
     try:
         with db.session() as s:
-            subs = {sid: text for sid, text in s.query(Submission.id, Submission.text).filter(Submission.id >= first_id)}
+            subs = dict(s.query(Submission.id, Submission.text).filter(Submission.id >= first_id).all())
             jobs = s.query(Job.id, Job.submission_id, Job.status, Job.attempts, Job.claimed_at).filter(
                 Job.submission_id >= first_id).all()
     finally:
         db.dispose()
-    lost = [sid for sid, markers in accepted.items() if sid not in subs or f"# attempt {markers[0]}\n" not in subs[sid]
-            and f"Attempt {markers[0]}." not in subs[sid]]
+    # Lost: a 202's id with no row, or a row with another client's text (each text carries its marker).
+    lost = [sid for sid, markers in accepted.items()
+            if sid not in subs or not re.search(rf"[Aa]ttempt {re.escape(markers[0])}\b", subs[sid])]
     duplicated = [sid for sid, markers in accepted.items() if len(markers) > 1]
     unanswered = sorted(set(subs) - set(accepted))  # stored, but its client never saw the 202
     jobs_per_sub = Counter(j.submission_id for j in jobs)
     claimed = sorted((j for j in jobs if j.claimed_at is not None and j.attempts == 1), key=lambda j: j.claimed_at)
-    out_of_order = sum(1 for a, b in zip(claimed, claimed[1:]) if b.id < a.id)
+    out_of_order = sum(1 for a, b in itertools.pairwise(claimed) if b.id < a.id)
     return {
         "endpoints": {name: _summary(v) for name, v in sorted(per_endpoint.items())},
         "status_counts": {name: dict(c) for name, c in sorted(statuses.items())},
@@ -228,10 +247,8 @@ def check_run(data_dir: Path, record: Path, first_id: int) -> dict:
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("fastapi", "starlette", "uvicorn", "sqlalchemy", "pydantic", "psycopg", "locust", "torch"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
     out["harness_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                            text=True).stdout.strip()
     return out
@@ -256,6 +273,8 @@ def main() -> None:
     ap.add_argument("--results", type=int, default=10_000, help="results stored before the pages are timed")
     ap.add_argument("--repeats", type=int, default=5, help="times each page is asked for")
     ap.add_argument("--no-worker", action="store_true", help="no worker: the queue fills and stays full")
+    ap.add_argument("--queue-limit", type=int, help="HARNESS_MAX_QUEUED_PER_TOKEN (default: the service's)")
+    ap.add_argument("--no-pages", action="store_true", help="the load only, on a data dir with no results")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--workdir", type=Path, help="keep the data dirs and logs here (default: a temp dir, removed)")
@@ -265,8 +284,10 @@ def main() -> None:
                      "args": {k: str(v) for k, v in vars(args).items()}}
     with tempfile.TemporaryDirectory(prefix="kh-load-") as tmp:
         root = args.workdir or Path(tmp)
-        figures["pages"] = {"sqlite": pages_on("sqlite", root / "sqlite", None, args.results, args.repeats)}
-        if not args.no_postgres:
+        figures["pages"] = {}
+        if not args.no_pages:
+            figures["pages"]["sqlite"] = pages_on("sqlite", root / "sqlite", None, args.results, args.repeats)
+        if not args.no_pages and not args.no_postgres:
             sys.path.insert(0, str(REPO / "tests"))
             from postgres_server import PostgresServer, find_bindir
 
@@ -283,8 +304,10 @@ def main() -> None:
         print(f"load: {args.clients} clients for {args.duration} s", flush=True)
         figures["load"] = {"clients": args.clients, "duration_s": args.duration, "wait_s": args.wait,
                            "worker": None if args.no_worker else "harness worker --gpus none (1 CPU slot, nice 10)",
-                           "database": "sqlite", "stored_before": args.results,
-                           **run_load(root / "sqlite", args.clients, args.duration, args.wait, not args.no_worker)}
+                           "database": "sqlite", "stored_before": 0 if args.no_pages else args.results,
+                           "queue_limit": args.queue_limit or Settings().max_queued_per_token,
+                           **run_load(root / "sqlite", args.clients, args.duration, args.wait, not args.no_worker,
+                                      args.queue_limit)}
     figures["uptime_after"] = _uptime()
     text = json.dumps(figures, indent=2)
     print(text)
