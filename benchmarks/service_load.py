@@ -154,6 +154,7 @@ def time_pages(base: str, sid: int, repeats: int) -> dict[str, dict[str, float]]
 
 
 def pages_on(label: str, data_dir: Path, database_url: str | None, n: int, repeats: int) -> dict:
+    data_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings(data_dir=data_dir, database_url=database_url)
     seed_s, sid = seed_results(settings, n)
     print(f"{label}: stored {n} results in {seed_s:.0f} s", flush=True)
@@ -275,6 +276,7 @@ def main() -> None:
     ap.add_argument("--no-worker", action="store_true", help="no worker: the queue fills and stays full")
     ap.add_argument("--queue-limit", type=int, help="HARNESS_MAX_QUEUED_PER_TOKEN (default: the service's)")
     ap.add_argument("--no-pages", action="store_true", help="the load only, on a data dir with no results")
+    ap.add_argument("--no-load", action="store_true", help="the pages only")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--workdir", type=Path, help="keep the data dirs and logs here (default: a temp dir, removed)")
@@ -301,13 +303,14 @@ def main() -> None:
                                                           args.results, args.repeats)
             finally:
                 pg.stop()
-        print(f"load: {args.clients} clients for {args.duration} s", flush=True)
-        figures["load"] = {"clients": args.clients, "duration_s": args.duration, "wait_s": args.wait,
-                           "worker": None if args.no_worker else "harness worker --gpus none (1 CPU slot, nice 10)",
-                           "database": "sqlite", "stored_before": 0 if args.no_pages else args.results,
-                           "queue_limit": args.queue_limit or Settings().max_queued_per_token,
-                           **run_load(root / "sqlite", args.clients, args.duration, args.wait, not args.no_worker,
-                                      args.queue_limit)}
+        if not args.no_load:
+            print(f"load: {args.clients} clients for {args.duration} s", flush=True)
+            figures["load"] = {"clients": args.clients, "duration_s": args.duration, "wait_s": args.wait,
+                               "worker": None if args.no_worker else "harness worker --gpus none (1 CPU slot, nice 10)",
+                               "database": "sqlite", "stored_before": 0 if args.no_pages else args.results,
+                               "queue_limit": args.queue_limit or Settings().max_queued_per_token,
+                               **run_load(root / "sqlite", args.clients, args.duration, args.wait, not args.no_worker,
+                                          args.queue_limit)}
     figures["uptime_after"] = _uptime()
     text = json.dumps(figures, indent=2)
     print(text)
