@@ -298,7 +298,8 @@ def main() -> None:
                 raise SystemExit("no PostgreSQL server binaries (bash scripts/ci-system-deps.sh); or --no-postgres")
             pg = PostgresServer.start(bindir)
             try:
-                figures["versions"]["postgresql"] = bindir.parts[-2]
+                figures["versions"]["postgresql"] = subprocess.run([str(bindir / "postgres"), "--version"],
+                                                                   capture_output=True, text=True).stdout.strip()
                 figures["pages"]["postgresql"] = pages_on("postgresql", root / "pg", pg.create_database(),
                                                           args.results, args.repeats)
             finally:
