@@ -50,3 +50,11 @@ def test_extract_on_many_threads_at_once_never_fails_on_a_source_that_parses():
     finally:
         sys.setswitchinterval(switch)
     assert not errors, repr(errors[0])
+
+
+def test_the_harness_parses_only_through_the_lock():
+    """A new `ast.parse(` elsewhere would bring the race back on the threads it runs on."""
+    harness = Path(__file__).resolve().parents[1] / "harness"
+    unguarded = [str(p.relative_to(harness)) for p in harness.rglob("*.py")
+                 if p.name != "python_ast.py" and "ast.parse(" in p.read_text().replace("python_ast.parse(", "")]
+    assert unguarded == []
