@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0,
                                         description="How long a SQLite writer waits for the lock before failing.")
+    db_pool_size: int = Field(default=5, ge=1, description="Database connections a process keeps open.")
+    db_pool_overflow: int = Field(default=10, ge=0, description="Connections a process may open beyond "
+                                  "db_pool_size when busy; the API handles at most the two together at once.")
 
     # Service: API
     host: str = "127.0.0.1"

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness import fatbin
+from harness import fatbin, python_ast
 from harness.schema import KernelLaunch
 
 MAX_SHARED_OBJECTS = 64  # a build dir is the submission's to fill; a real build has a few
@@ -47,7 +47,7 @@ def triton_jit_names(source: str) -> set[str]:
     """The names of the functions the source defines under a decorator named `jit` (`@triton.jit`, `@jit`,
     `@triton.jit(...)`), at any depth: the Triton kernels its own text can claim."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except SyntaxError:
         return set()
 
@@ -122,7 +122,7 @@ def launches_only_library_kernels(source: str) -> bool:
     torch.compile, a dynamic import). Conservative: any doubt is False, and the kernel trace decides. A source
     that hides such a way from this reading only loses its own kernels' credit (`no_custom_kernel`)."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except SyntaxError:
         return False
     return all(_imports_only_library_modules(node) and not any(_OWN_KERNEL_WORDS.search(w) for w in _words(node))

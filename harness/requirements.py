@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import re
 
+from harness import python_ast
 from harness.source_names import Names, text
 from harness.submission import InvalidSubmission, extract
 
@@ -76,7 +77,7 @@ def _arch(strings: list[str]) -> str | None:
 
 def needs_of(source: str) -> str | None:
     """What evaluating this source needs beyond a CPU; None when any worker can evaluate it."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     names = Names(tree)
     cuda = False
     flags: list[str] = []
@@ -110,8 +111,19 @@ def needs_of_text(text_: str) -> str | None:
     """`needs_of` for a submitted text (a source or an LLM reply); None when it holds no code to evaluate
     (any worker judges that invalid_submission)."""
     try:
-        return needs_of(extract(text_).source)
-    except (InvalidSubmission, SyntaxError, ValueError, RecursionError, MemoryError):
+        return needs_of_extracted(extract(text_).source)
+    except InvalidSubmission:
+        return None
+
+
+def needs_of_extracted(source: str | None) -> str | None:
+    """`needs_of` for the source `extract` took from a text (None: it found none), for a caller that extracted
+    it already; None too where the source cannot be read."""
+    if source is None:
+        return None
+    try:
+        return needs_of(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 

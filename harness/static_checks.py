@@ -13,6 +13,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness import python_ast
 from harness.source_names import Names, module_name, text
 
 # Attribute chains whose assignment rewrites torch or the clocks (`torch.backends` flags are checked
@@ -162,7 +163,7 @@ def _check_class(node: ast.ClassDef, names: Names, add: Callable[[str, ast.AST, 
 
 
 def check(source: str) -> list[Finding]:
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     names = Names(tree)
     found: dict[tuple[str, int], Finding] = {}
 

@@ -10,6 +10,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from harness import python_ast
+
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*$", re.MULTILINE)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _DEFINES_MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
@@ -61,7 +63,7 @@ def _defines_modelnew(tree: ast.Module) -> bool:
 
 def _parse(source: str, where: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return python_ast.parse(source)
     except SyntaxError as e:
         line = (e.text or "").rstrip()
         shown = f": {line.strip()!r}" if line else ""
@@ -76,7 +78,7 @@ def extract(text: str) -> Submission:
     if not text.strip():
         raise InvalidSubmission("the submission is empty")
     try:
-        whole = ast.parse(text)
+        whole = python_ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         whole = None
     if whole is not None:
@@ -142,7 +144,7 @@ def check_constructor(source: str, init_arg_names: list[str]) -> None:
     `init_arg_names` are what get_init_inputs() passes (positional), named after Model.__init__.
     A ModelNew without its own __init__ (or with *args) is left to the sandbox's binding check.
     """
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     if init is None or init.args.vararg is not None:

@@ -45,7 +45,7 @@ def test_seeding_stores_every_model_on_every_problem_through_the_queue(tmp_path)
         counts = queries.job_counts(s)
     db.dispose()
     assert summary.submissions == len(rows) and len(summary.pending) == 2
-    assert {(sub.problem_id, sub.model) for sub, _ in rows} == {
+    assert {(row.problem_id, row.model) for row in rows} == {
         (p.id, m.model) for p in get_registry().all() for m in demo.MODELS}
     assert {"passed", "compile_error", "wrong_answer"} <= set(summary.verdicts)
     assert counts["queued"] == 1 and counts["running"] == 1 and counts["done"] == summary.submissions

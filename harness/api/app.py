@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
 
 from harness import __version__
+from harness.api.admission import RequestSlots
 from harness.api.errors import BodyGuard, install_handlers
 from harness.api.routes import admin, health, kernelbench, leaderboard, pages, problems, submissions
 from harness.config import Settings, get_settings
@@ -30,6 +31,7 @@ def create_app(settings: Settings | None = None, *, db: Database | None = None) 
     app.state.db = db or Database(settings)
     app.state.registry = get_registry(settings.problems_dir)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestSlots, slots=settings.db_pool_size + settings.db_pool_overflow)
     install_handlers(app)
 
     @app.exception_handler(Exception)

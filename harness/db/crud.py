@@ -119,23 +119,36 @@ class NewSubmission:
     precision: str = "fp32"  # what it is evaluated at (harness/precision.py)
 
 
-def _unfinished_count(session: Session, token: Token | None) -> int:
+def unfinished_count(session: Session, token: Token | None) -> int:
+    """The unfinished jobs a token's queue limit counts; for None (open mode), the anonymous submitters', who share
+    one allowance. A read, here beside the write that checks it again under its lock."""
     q = select(func.count(Job.id)).join(Submission, Submission.id == Job.submission_id).where(
         Job.status.in_(UNFINISHED_STATUSES))
-    if token is None:  # open mode: anonymous submitters share one allowance
+    if token is None:
         q = q.where(Submission.token_id.is_(None), Job.reason == "submit")
     else:
         q = q.where(Submission.token_id == token.id)
     return session.scalar(q) or 0
 
 
+class _FromText:
+    """`needs` not given: read from the submission's text."""
+
+
+FROM_TEXT = _FromText()
+
+
 def create_submission(session: Session, new: NewSubmission, *, token: Token | None, queue_limit: int | None,
                       max_attempts: int, reason: str = "submit", batch: str | None = None,
-                      priority: int = 0) -> tuple[Submission, Job]:
+                      priority: int = 0, needs: str | _FromText | None = FROM_TEXT) -> tuple[Submission, Job]:
     """Store a submission and queue its evaluation, both or neither.
 
-    `queue_limit` is checked inside the transaction, so concurrent requests cannot overshoot it.
+    `queue_limit` is checked inside the transaction, so concurrent requests cannot overshoot it. `needs` is what
+    `requirements.needs_of` says of its source, for a caller that has read it already.
     """
+    if isinstance(needs, _FromText):
+        # Before the transaction: parsing inside it would hold SQLite's one write lock (BEGIN IMMEDIATE) meanwhile.
+        needs = needs_of_text(new.text)
     _write(session)
     try:
         if queue_limit is not None and _is_postgres(session):
@@ -143,7 +156,7 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
             # needs one, or two requests could both see room for one more. Per token (0: anonymous).
             session.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"),
                             {"space": _QUEUE_LIMIT_LOCK, "key": token.id if token else 0})
-        if queue_limit is not None and _unfinished_count(session, token) >= queue_limit:
+        if queue_limit is not None and unfinished_count(session, token) >= queue_limit:
             raise QueueLimitReached(queue_limit)
         sub = Submission(problem_id=new.problem_id, problem_version=new.problem_version, text=_text(new.text),
                          text_kind=new.text_kind, precision=new.precision, submitter=_text(new.submitter),
@@ -153,7 +166,7 @@ def create_submission(session: Session, new: NewSubmission, *, token: Token | No
         session.add(sub)
         session.flush()
         job = Job(submission_id=sub.id, reason=reason, batch=batch, priority=priority, max_attempts=max_attempts,
-                  not_before=db_now(session), needs=needs_of_text(new.text))
+                  not_before=db_now(session), needs=needs)
         session.add(job)
         session.commit()
     except BaseException:

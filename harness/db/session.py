@@ -58,12 +58,15 @@ def make_engine(settings: Settings) -> Engine:
     url = engine_url(settings)
     if url.get_backend_name() != "sqlite":
         # pre_ping: a worker outlives database restarts and dropped idle connections between hosts.
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, pool_size=settings.db_pool_size,
+                             max_overflow=settings.db_pool_overflow)
+    pool: dict[str, Any] = {}
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        pool = {"pool_size": settings.db_pool_size, "max_overflow": settings.db_pool_overflow}
     # API handlers run in a thread pool; a pooled connection may serve any of its threads.
     engine = create_engine(url, connect_args={"check_same_thread": False,
-                                              "timeout": settings.sqlite_busy_timeout_ms / 1000})
+                                              "timeout": settings.sqlite_busy_timeout_ms / 1000}, **pool)
     busy_ms = int(settings.sqlite_busy_timeout_ms)
 
     @event.listens_for(engine, "connect")

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from harness import python_ast
+
 # Constants whose value shapes the computation rather than sizing it: halving one changes the problem
 # (or breaks it: a kernel larger than its input, channels no longer divisible by groups).
 STRUCTURAL = re.compile(
@@ -85,7 +87,7 @@ def _evaluate(node: ast.expr, env: dict[str, Any]) -> Any:
 
 def read_constants(source: str) -> list[Constant]:
     """Module-level `NAME = expr` assignments, in file order."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     found: list[Constant] = []
 
     def add(name: str, value: ast.expr) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness import precision as precisions
+from harness import python_ast
 from harness.problems.sizes import read_constants
 from harness.schema import Tolerance
 
@@ -98,7 +99,7 @@ _RANDOM_CALLS = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout
 def model_randomness(source: str) -> list[str]:
     """The random-number draws of class Model, sorted and unique: layers that draw in forward (Dropout), wherever
     they are built, and random calls in its methods other than __init__ (where they only initialise parameters)."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     found: set[str] = set()
     for node in tree.body:
         if not (isinstance(node, ast.ClassDef) and node.name == "Model"):
@@ -120,7 +121,7 @@ def model_randomness(source: str) -> list[str]:
 
 def model_init_arg_names(source: str) -> list[str]:
     """Positional parameters of `Model.__init__` after self (with defaults marked)."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Model":
             for item in node.body:

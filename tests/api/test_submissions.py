@@ -282,3 +282,29 @@ def test_a_cuda_submission_to_a_service_without_a_gpu_worker_is_told_it_waits(cl
         crud.register_worker(s, "gpu-host:1", hostname="gpu-host", pid=1, slots=["cuda:0 NVIDIA H100"],
                              accepts=["cuda", "cuda sm_90"])
     assert client.get(f"/api/submissions/{r.json()['id']}").json()["waits_for"] is None
+
+
+def test_a_submission_over_the_queue_limit_is_refused_before_its_text_is_read(client, tokens, monkeypatch):
+    """A 429 costs a count, not a parse: an RL loop over its limit sends far more refused requests than accepted
+    ones. The twin under the limit is read (its needs are stored with its job)."""
+    from harness import python_ast
+
+    parsed: list[str] = []
+    real_parse = python_ast.parse
+
+    def parse(source: str):
+        parsed.append(source)
+        return real_parse(source)
+
+    monkeypatch.setattr(python_ast, "parse", parse)
+    h = Tokens.header(tokens.limited)  # may hold 2 unfinished submissions
+    for _ in range(2):
+        assert client.post("/api/submissions", json=body(), headers=h).status_code == 202
+    assert parsed, "an accepted submission is read"
+
+    def refuse(source: str):
+        raise AssertionError("a submission over the queue limit was parsed")
+
+    monkeypatch.setattr(python_ast, "parse", refuse)
+    r = client.post("/api/submissions", json=body(), headers=h)
+    assert r.status_code == 429 and "limit" in r.json()["detail"]

@@ -19,10 +19,12 @@ from harness.api.schemas import (
     SubmissionSummary,
 )
 from harness.api.views import submission_public, submission_summary, waits_for, worker_silence
+from harness.config import Settings
 from harness.db import crud, queries
-from harness.db.models import JobStatus
+from harness.db.models import JobStatus, Token
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
+from harness.requirements import needs_of_extracted
 from harness.service.reeval import REEVAL_PRIORITY, regrade_matching
 from harness.submission import InvalidSubmission, extract
 from harness.verdicts import Verdict
@@ -50,6 +52,13 @@ def problem_filter(registry: Registry, name: str | None) -> str | None:
         return name
 
 
+def _queue_limit(token: Token | None, settings: Settings) -> int | None:
+    """How many unfinished submissions the caller may have; None for an admin, who has no limit."""
+    if token is not None and token.is_admin:
+        return None
+    return token.max_queued if token is not None and token.max_queued else settings.max_queued_per_token
+
+
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=SubmissionAccepted, responses={
     400: {"model": ErrorBody, "description": "The body is not UTF-8."},
     401: {"model": ErrorBody}, 404: {"model": ErrorBody, "description": "Unknown problem (with suggestions)."},
@@ -59,22 +68,23 @@ def create_submission(body: SubmissionCreate, session: SessionDep, settings: Set
     """Store a submission and queue its evaluation. It is stored before the answer, and evaluated even
     when its text holds no usable code (that is the verdict invalid_submission)."""
     spec = find_problem(registry, body.problem)
+    limit = _queue_limit(token, settings)
+    # The cheap refusal before the costly reading: a 429 costs one count, never a parse. The count is only a
+    # first look; the write below counts again under its lock.
+    if limit is not None and crud.unfinished_count(session, token) >= limit:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(crud.QueueLimitReached(limit)))
     text, kind = body.text_and_kind
     warning = None
     try:
-        extract(text)
+        source: str | None = extract(text).source
     except InvalidSubmission as e:
-        warning = f"{e}; it is stored and will be judged invalid_submission"
-    if token is not None and token.is_admin:
-        limit = None
-    else:
-        limit = token.max_queued if token is not None and token.max_queued else settings.max_queued_per_token
+        source, warning = None, f"{e}; it is stored and will be judged invalid_submission"
     new = crud.NewSubmission(problem_id=spec.id, problem_version=spec.version, text=text, text_kind=kind,
                              submitter=body.submitter, model=body.model, tags=body.tags, meta=body.metadata,
                              precision=body.precision)
     try:
         sub, job = crud.create_submission(session, new, token=token, queue_limit=limit,
-                                          max_attempts=settings.max_attempts)
+                                          max_attempts=settings.max_attempts, needs=needs_of_extracted(source))
     except crud.QueueLimitReached as e:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, str(e)) from None
     waits = waits_for(session, settings.worker_silent_after_s, job)
