@@ -531,7 +531,7 @@ class _Evaluation:
             calls=self._planned_calls(windows.calls_per_window(prepared["call_ms"], io_bytes, device,
                                                                window_ms, prepared["window_cost_ms"])),
             most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
-            call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=windows.FIXED_COST_FACTOR,
+            call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces())
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),

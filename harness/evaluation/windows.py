@@ -69,20 +69,20 @@ def most_calls(io_bytes: int, device: str) -> int:
 
 # A window's constant cost (a command's round trip between the parent and a process, on the parent's clock) is taken
 # off with the empty window's, measured in the trusted process; the candidate's is not the same (it is woken from its
-# freezer, a loaded host wakes either late). A window's net work outweighs that cost this many times, so that what
-# differs moves a time by no more than its inverse (1%). Where calls are fast and the round trip long (the CPU: on
-# the 2-core VM a 0.2 ms call beside a 0.3-0.5 ms round trip) this, not `window_ms`, sets the window's length.
-FIXED_COST_FACTOR = 100
+# freezer, a loaded host wakes either late). A window's net work outweighs that cost this many times (the default of
+# Settings.window_fixed_cost_factor), so that what differs moves a time by no more than its inverse (1%). Where
+# calls are fast and the round trip long (a short window_ms, a loaded host) this, not `window_ms`, sets the length.
+FIXED_COST_FACTOR = 100.0
 
 
 def resize(calls: int, warm_window_ms: float, window_ms: float, most: int, fixed_ms: float = 0.0,
-           overhead_ms: float = 0.0) -> int:
+           overhead_ms: float = 0.0, factor: float = FIXED_COST_FACTOR) -> int:
     """The calls a window should hold, from a warm window of `calls` calls that lasted `warm_window_ms`: about
     `window_ms` in all, and net work (less the window's constant cost `fixed_ms` and each call's `overhead_ms`: its
-    inputs) of at least FIXED_COST_FACTOR times `fixed_ms`; at least one, at most `most` (what memory allows)."""
+    inputs) of at least `factor` times `fixed_ms`; at least one, at most `most` (what memory allows)."""
     per_call = max(warm_window_ms - fixed_ms, 1e-3) / calls
     net = max(per_call - overhead_ms, 1e-6)
-    want = max(math.ceil(window_ms / per_call), math.ceil(FIXED_COST_FACTOR * fixed_ms / net))
+    want = max(math.ceil(window_ms / per_call), math.ceil(factor * fixed_ms / net))
     return max(1, min(want, most, MAX_CALLS_PER_WINDOW))
 
 

@@ -162,14 +162,15 @@ def test_the_trusted_sides_kinds_carry_no_charge_and_an_honest_candidates_time_d
 
 
 def test_a_windows_net_work_outweighs_its_constant_cost_by_the_stated_factor():
-    # A 0.2 ms call whose inputs take 0.08 ms, behind a 2 ms round trip: 10 warm calls lasted 10 * 0.28 + 2 ms. Sized on
-    # the target alone (and the round trip counted as the calls' time) 60 ms held 125 calls: 25 ms of net work, the round
-    # trip a twelfth of it. Net of the round trip, the factor asks for 1000 calls.
+    # A 0.2 ms call whose inputs take 0.08 ms, behind a 2 ms round trip: 10 warm calls lasted 10 * 0.28 + 2 ms. Sized
+    # on the target alone (the round trip counted as the calls' time) 60 ms held 125 calls: 25 ms of net work, the
+    # round trip a twelfth of it. Net of the round trip, the factor asks for 1000 calls.
     calls = windows.resize(10, 10 * 0.28 + 2.0, 60.0, 5000, fixed_ms=2.0, overhead_ms=0.08)
     assert calls * 0.2 >= windows.FIXED_COST_FACTOR * 2.0 and calls == 1000
     # A short round trip leaves the target in charge: 60 ms of calls and inputs.
     assert windows.resize(10, 10 * 0.28 + 0.1, 60.0, 5000, fixed_ms=0.1, overhead_ms=0.08) == 215
-    assert windows.resize(10, 10 * 0.28 + 2.0, 60.0, 300, fixed_ms=2.0, overhead_ms=0.08) == 300  # memory still bounds
+    assert windows.resize(10, 10 * 0.28 + 2.0, 60.0, 300, fixed_ms=2.0, overhead_ms=0.08) == 300  # memory bounds it
+    assert windows.resize(10, 10 * 0.28 + 2.0, 60.0, 5000, fixed_ms=2.0, overhead_ms=0.08, factor=0) == 215  # off
 
 
 def test_a_window_of_one_slow_call_is_sized_net_of_its_round_trip():
