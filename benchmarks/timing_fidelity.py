@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -35,6 +36,7 @@ from harness import artifacts  # noqa: E402
 from harness.config import get_settings  # noqa: E402
 from harness.evaluation.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
+from harness.service.selfcheck import current_commit  # noqa: E402
 from harness.submission import extract  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions"
@@ -48,7 +50,6 @@ def solution_for(kernelbench_id: str) -> Path:
 def profiled_kernel_ms(path: Path, spec, target, settings, calls: int = 20) -> float:
     """The solution's kernels' device time per call (CUPTI), in this process, at the problem's default size.
     Its extension is loaded from the build its evaluations used (the harness's build cache), not built again."""
-    import os
 
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -102,6 +103,10 @@ def main() -> int:
                         help="keep the evaluations already in --json and run only the repeats it lacks")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: A/A at each problem's small size (no profiler, no solutions)")
+    parser.add_argument("--quiet-host-s", type=float, default=0.0, metavar="S",
+                        help="before each evaluation, wait (up to 10 s) until no other task has been runnable for S "
+                             "seconds (/proc/stat procs_running): on a shared host, an A/A timed beside others' work "
+                             "says more about their work than about the harness")
     args = parser.parse_args()
     if args.resume and not args.json:
         parser.error("--resume needs --json")
@@ -127,6 +132,8 @@ def main() -> int:
             if len(runs[s.id]) > i:
                 continue
             size = "small" if args.device == "cpu" and "small" in s.sizes else "default"
+            waited_s = wait_for_quiet_host(args.quiet_host_s) if args.quiet_host_s else 0.0
+            load_before = os.getloadavg()[0]
             r = evaluate(s, texts[s.id], EvalOptions(device=args.device, size=size, compile_baseline="off",
                                                      target=target, kernel_trace=False), settings)
             o = r.observations
@@ -136,6 +143,9 @@ def main() -> int:
                    "timings": {k: t.model_dump(mode="json") if t else None for k, t in
                                (("candidate", o.candidate_timing), ("eager", o.eager_timing))},
                    "wall_s": r.provenance.wall_s if r.provenance else None, "phases": o.phases,
+                   # The host's load around the evaluation (1-minute averages): others' work on the same cores.
+                   "load_before": load_before, "load_after": os.getloadavg()[0], "waited_for_quiet_s": waited_s,
+                   "commit": current_commit(),
                    "message": r.message[:300]}
             for kind, t in (("candidate", o.candidate_timing), ("eager", o.eager_timing)):
                 row.update({f"{kind}_{key}": getattr(t, figure) if t else None for key, figure in FIGURES.items()})
@@ -148,7 +158,7 @@ def main() -> int:
                   f"{row['candidate_round_trip_ms'] or 0:.3f} / {row['eager_round_trip_ms'] or 0:.3f} ms, inputs "
                   f"{row['candidate_inputs_ms'] or 0:.3f} / {row['eager_inputs_ms'] or 0:.3f} ms a call, "
                   f"{row['calls_per_window']} calls; windows alone {row['candidate_windows_alone_ms'] or 0:.4f} ms "
-                  f"(charged {_charged(row) or 0:+.2%})", flush=True)
+                  f"(charged {_charged(row) or 0:+.2%}); load {load_before:.2f}-{row['load_after']:.2f}", flush=True)
             if args.json:
                 write(args.json, target, summarize(specs, runs), runs)
     print(f"{sum(len(v) for v in runs.values())} evaluations in {time.monotonic() - t0:.0f} s", flush=True)
@@ -176,6 +186,23 @@ def main() -> int:
     return 0
 
 
+def wait_for_quiet_host(quiet_s: float, limit_s: float = 10.0) -> float:
+    """Wait until /proc/stat has counted no runnable task but this one for `quiet_s` seconds (sampled every 50 ms), at
+    most `limit_s`; the seconds waited (a host never quiet in that time is used as it is: the row's load says so)."""
+    t0 = time.monotonic()
+    quiet_since = t0
+    while time.monotonic() - t0 < limit_s:
+        with open("/proc/stat") as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+        now = time.monotonic()
+        if running > 1:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            break
+        time.sleep(0.05)
+    return round(time.monotonic() - t0, 1)
+
+
 def _charged(row: dict) -> float | None:
     """How much the candidate's time grew by what its fingerprints were charged: its time over its windows alone."""
     ms, alone = row.get("candidate_ms"), row.get("candidate_windows_alone_ms")
@@ -201,7 +228,8 @@ def summarize(specs, runs: dict[str, list[dict]]) -> list[dict]:
 
 
 def write(path: Path, target, table: list[dict], runs: dict[str, list[dict]]) -> None:
-    path.write_text(json.dumps({"device": target.model_dump(mode="json"), "table": table, "runs": runs}, indent=1))
+    path.write_text(json.dumps({"device": target.model_dump(mode="json"), "command": " ".join(sys.argv),
+                                "cpus": os.cpu_count(), "table": table, "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

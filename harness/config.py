@@ -36,10 +36,17 @@ class Settings(BaseSettings):
     # Timing: rounds of windows on the parent's clock (harness/evaluation/windows.py), candidate and reference
     # interleaved; each window lasts about window_ms at the reference's speed. On CUDA 12 rounds: a median of 12
     # windows is about 12% noisier than one of 15 (sqrt(15/12)) for 0.75 s less an evaluation (README, phase table).
+    # The A/A ratio of two medians of n windows whose spread (interquartile range over median) is s is known to
+    # about 2.6 s / sqrt(n) (95%): at a 5% spread, 7 windows leave +-4.9%, 12 +-3.7%. So 12 on the CPU too.
     timing_windows_cuda: int = Field(default=12, ge=3)
-    timing_windows_cpu: int = Field(default=7, ge=3)
+    timing_windows_cpu: int = Field(default=12, ge=3)
     window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
+    window_fixed_cost_factor: float = Field(
+        default=100.0, ge=0,
+        description="A window's net work outweighs its constant cost (a command's round trip, measured before the "
+                    "rounds) this many times, whatever window_ms says (windows.resize); 0 leaves window_ms alone.",
+    )
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",

@@ -93,7 +93,7 @@ def settings(tmp_path_factory) -> Settings:
     root = Path(shared) if shared else tmp_path_factory.mktemp("harness-data")
     root.mkdir(parents=True, exist_ok=True)
     return Settings(data_dir=root, scratch_dir=root / "scratch", timing_windows_cpu=3, window_ms_cpu=20.0,
-                    correctness_trials=5, kill_grace_s=2.0)
+                    window_fixed_cost_factor=0, correctness_trials=5, kill_grace_s=2.0)
 
 
 class GpuSlot:

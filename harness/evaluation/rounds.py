@@ -59,6 +59,8 @@ class RoundsPlan:
     tolerance: Tolerance
     idle_wait_s: float  # on CUDA, how long the trusted side may wait for an idle GPU around a reference window; 0: not
     traced: bool  # one timed window of the candidate's is traced (its launches arrive with it)
+    call_overhead_ms: float = 0.0  # what a window costs a call besides the call (its inputs, the flush)
+    fixed_cost_factor: float = 0.0  # a window's net work outweighs its round trip this many times (windows.resize)
 
 
 class TimedRounds:
@@ -88,19 +90,25 @@ class TimedRounds:
         walls: dict[str, list[float]] = {k: [] for k in self.kinds}
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in self.kinds}
         check = obs.timed_outputs = TimedOutputCheck(handover_slack_ms=windows.HANDOVER_SLACK_MS[p.device])
+        # A window's constant cost, as the parent sees a command's round trip to the trusted process now.
+        fixed_ms = windows.round_trip_ms([self.trusted.timed_call({"cmd": "ping"}, "pong")[0] for _ in range(5)])
         one = [self.seeds.randrange(1 << 62) for _ in range(2)]
         one_call_ms, _ = self._candidate_window(one[:1], one[1:], self.deadline(1, 0))
         self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
-        by_eager = p.calls
-        calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls))
+        calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls, fixed_ms,
+                                            factor=p.fixed_cost_factor))
+        sized = {"eager": 0, "candidate": 0}  # each kind's calls by its fastest warm-up window so far
         chance = windows.check_chance(p.rounds, p.output_bytes)
         traced = self.draw.randrange(p.rounds) if p.traced else None  # the timed round whose window is traced
         for r in range(-2, p.rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
-            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), then
-            # fixed: every timed window holds the same calls, the number its time is divided by.
+            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
+            # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
+            # the same calls, the number its time is divided by.
             if -2 < r <= 0:
-                by_eager = windows.resize(calls, walls["eager"][-1], p.window_ms, p.most_calls)
-                calls = min(by_eager, windows.resize(calls, walls["candidate"][-1], p.window_ms, p.most_calls))
+                for kind in sized:
+                    sized[kind] = max(sized[kind], windows.resize(calls, walls[kind][-1], p.window_ms, p.most_calls,
+                                                                  fixed_ms, p.call_overhead_ms, p.fixed_cost_factor))
+                calls = min(sized.values())
             if r == 0:
                 for kind in self.kinds:
                     walls[kind].clear()
@@ -109,7 +117,7 @@ class TimedRounds:
             self.phase("timing_warmup" if r < 0 else "timed_windows")
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
-        obs.windows_sized_down = windows.sized_down(calls, by_eager, walls["candidate"], p.window_ms)
+        obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms)
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in self.kinds}
         # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
         assert check.handover_slack_ms is not None

@@ -311,7 +311,7 @@ class _Evaluation:
         (with a known target, the candidate's process starts beside it)."""
         o = self.options
         pool = o.trusted_pool
-        extra = {**trusted_cache_env(self.settings), **o.extra_env}
+        extra = {**trusted_cache_env(self.settings), **windows.thread_env(), **o.extra_env}
         key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
                self.spec.model_dump_json(), o.device, o.size, o.precision, tuple(sorted(extra.items())))
         self.warm = pool.take(key) if pool is not None else None
@@ -531,6 +531,7 @@ class _Evaluation:
             calls=self._planned_calls(windows.calls_per_window(prepared["call_ms"], io_bytes, device,
                                                                window_ms, prepared["window_cost_ms"])),
             most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
+            call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces())
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
@@ -759,6 +760,7 @@ def _build_env(source: str, target: Provenance, settings: Settings, home: Path,
     env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
     if target.compute_capability:
         env["TORCH_CUDA_ARCH_LIST"] = target.compute_capability  # build for this GPU only
+    env.update(windows.thread_env())  # as the trusted side's (Evaluation.start): the two time alike
     env.update(extra_env)
     return builds, env
 

@@ -15,6 +15,7 @@ Everything here is arithmetic on figures the parent measured itself: the candida
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,18 @@ HANDOVER_BYTES = 1 << 30
 FINGERPRINT_Z = 6.0
 
 
+def thread_env(cores: int | None = None) -> dict[str, str]:
+    """The environment of both processes' thread pools: the same number of threads in each (the cores this process
+    may run on, unless `cores` says), and no thread left spinning once its work is done. By default OpenMP's workers
+    spin after each parallel region (on the 2-core CPU VM a 2-thread torch process burnt a median of 7.6 ms of CPU in
+    a 50 ms sleep after a matmul and a group norm; 0.04 ms passive): the trusted side's spinning workers would hold a
+    core through the start of the candidate's next window (the candidate is frozen after its turn, so never the
+    other way round), and on a shared host a spinning barrier waits out other processes' time slices. Taken in when
+    each process starts (OpenMP reads it once)."""
+    threads = cores if cores is not None else len(os.sched_getaffinity(0))
+    return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,
                      window_cost_ms: float = 0.0) -> int:
     """How many calls a window holds: enough that it lasts about `window_ms` at the reference's speed, counting the
@@ -54,11 +67,28 @@ def most_calls(io_bytes: int, device: str) -> int:
     return max(1, min(HELD_BYTES[device] // max(io_bytes, 1), MAX_CALLS_PER_WINDOW))
 
 
-def resize(calls: int, warm_window_ms: float, window_ms: float, most: int) -> int:
+# A window's constant cost (a command's round trip between the parent and a process, on the parent's clock) is taken
+# off with the empty window's, measured in the trusted process; the candidate's is not the same (it is woken from its
+# freezer, a loaded host wakes either late). A window's net work outweighs that cost this many times (the default of
+# Settings.window_fixed_cost_factor), so that what differs moves a time by no more than its inverse (1%). Where
+# calls are fast and the round trip long (a short window_ms, a loaded host) this, not `window_ms`, sets the length.
+FIXED_COST_FACTOR = 100.0
+
+
+def resize(calls: int, warm_window_ms: float, window_ms: float, most: int, fixed_ms: float = 0.0,
+           overhead_ms: float = 0.0, factor: float = FIXED_COST_FACTOR) -> int:
     """The calls a window should hold, from a warm window of `calls` calls that lasted `warm_window_ms`: about
-    `window_ms` in all, at least one, at most `most` (what memory allows)."""
-    per_call = max(warm_window_ms, 1e-3) / calls
-    return max(1, min(math.ceil(window_ms / per_call), most, MAX_CALLS_PER_WINDOW))
+    `window_ms` in all, and net work (less the window's constant cost `fixed_ms` and each call's `overhead_ms`: its
+    inputs) of at least `factor` times `fixed_ms`; at least one, at most `most` (what memory allows)."""
+    per_call = max(warm_window_ms - fixed_ms, 1e-3) / calls
+    net = max(per_call - overhead_ms, 1e-6)
+    want = max(math.ceil(window_ms / per_call), math.ceil(factor * fixed_ms / net))
+    return max(1, min(want, most, MAX_CALLS_PER_WINDOW))
+
+
+def round_trip_ms(pings_ms: list[float]) -> float:
+    """A command's round trip from a few pings: their median (one the host held up says nothing of the others)."""
+    return statistics.median(pings_ms) if pings_ms else 0.0
 
 
 def sized_down(calls: int, by_eager: int, candidate_ms: list[float], window_ms: float) -> str | None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -156,3 +159,54 @@ def test_the_trusted_sides_kinds_carry_no_charge_and_an_honest_candidates_time_d
     assert eager.charged_ms == [] and eager.windows_alone_median_ms is None and eager.median_ms == pytest.approx(3.0)
     honest = windows.stats(WindowSeries(calls=10, wall_ms=[31.0, 33.0, 29.0], charged_ms=[0.0, 0.0, 0.0]), empty)
     assert honest.median_ms == honest.windows_alone_median_ms == eager.median_ms
+
+
+def test_a_windows_net_work_outweighs_its_constant_cost_by_the_stated_factor():
+    # A 0.2 ms call whose inputs take 0.08 ms, behind a 2 ms round trip: 10 warm calls lasted 10 * 0.28 + 2 ms. Sized
+    # on the target alone (the round trip counted as the calls' time) 60 ms held 125 calls: 25 ms of net work, the
+    # round trip a twelfth of it. Net of the round trip, the factor asks for 1000 calls.
+    calls = windows.resize(10, 10 * 0.28 + 2.0, 60.0, 5000, fixed_ms=2.0, overhead_ms=0.08)
+    assert calls * 0.2 >= windows.FIXED_COST_FACTOR * 2.0 and calls == 1000
+    # A short round trip leaves the target in charge: 60 ms of calls and inputs.
+    assert windows.resize(10, 10 * 0.28 + 0.1, 60.0, 5000, fixed_ms=0.1, overhead_ms=0.08) == 215
+    assert windows.resize(10, 10 * 0.28 + 2.0, 60.0, 300, fixed_ms=2.0, overhead_ms=0.08) == 300  # memory bounds it
+    assert windows.resize(10, 10 * 0.28 + 2.0, 60.0, 5000, fixed_ms=2.0, overhead_ms=0.08, factor=0) == 215  # off
+
+
+def test_a_window_of_one_slow_call_is_sized_net_of_its_round_trip():
+    # One 0.3 ms call behind a 3 ms round trip on a busy host: the round trip is not the call's time.
+    assert windows.resize(1, 3.3, 60.0, 5000, fixed_ms=3.0) >= 200
+
+
+def test_the_round_trip_is_the_median_ping_so_one_held_up_says_nothing():
+    assert windows.round_trip_ms([0.2, 0.25, 31.0, 0.22, 0.21]) == 0.22
+    assert windows.round_trip_ms([]) == 0.0
+
+
+def test_both_processes_get_the_same_threads_and_no_spinning_worker():
+    assert windows.thread_env(3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert windows.thread_env()["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+
+
+SPIN_PROBE = """
+import time, torch
+x, w = torch.randn(128, 256), torch.randn(256, 256)
+burnt = []
+for _ in range(7):
+    for _ in range(20):
+        torch.nn.functional.group_norm(x @ w, 8)
+    c0 = time.process_time(); time.sleep(0.05); burnt.append((time.process_time() - c0) * 1e3)
+print(sorted(burnt)[3])
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one thread has no worker to spin")
+def test_a_torch_process_with_the_thread_env_leaves_no_worker_spinning_after_its_work():
+    """After its window a process waits for the parent's next command while the other process times its own: a worker
+    thread still spinning there takes a core from it. OpenMP's default kept one spinning a median 7.6 ms of CPU time
+    through a 50 ms sleep on the 2-core CPU VM (0.04 ms with the thread env)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_", "KMP_"))}
+    env.update(windows.thread_env())
+    out = subprocess.run([sys.executable, "-c", SPIN_PROBE], env=env, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert float(out.stdout.split()[-1]) < 1.0  # ms of CPU time in 50 ms of sleep

@@ -43,8 +43,8 @@ def _need(what: str) -> None:
 def jail_settings(tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("contained")
     return Settings(data_dir=root / "data", scratch_dir=root / "scratch", timing_windows_cpu=3, window_ms_cpu=10.0,
-                    correctness_trials=2, kill_grace_s=1.0, child_memory_mb=1536, child_max_pids=256,
-                    child_disk_mb=64, compile_baseline="off")
+                    window_fixed_cost_factor=0, correctness_trials=2, kill_grace_s=1.0, child_memory_mb=1536,
+                    child_max_pids=256, child_disk_mb=64, compile_baseline="off")
 
 
 def _run(registry, settings: Settings, name: str, **subs: object):

@@ -23,7 +23,7 @@ def svc_settings(tmp_path, database_url) -> Settings:
     test's CUDA submission then waits for no nvcc of its own."""
     shared = os.environ.get("HARNESS_TEST_DATA_DIR")
     return Settings(data_dir=tmp_path / "data", database_url=database_url, timing_windows_cpu=3, window_ms_cpu=20.0,
-                    lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0,
+                    window_fixed_cost_factor=0, lease_s=3, retry_delay_s=0, worker_poll_s=0.1, kill_grace_s=2.0,
                     build_cache_dir=Path(shared) / "builds" if shared else None)
 
 
@@ -39,6 +39,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_DATA_DIR": str(settings.data_dir),
            "HARNESS_TIMING_WINDOWS_CPU": str(settings.timing_windows_cpu),
            "HARNESS_WINDOW_MS_CPU": str(settings.window_ms_cpu),
+           "HARNESS_WINDOW_FIXED_COST_FACTOR": str(settings.window_fixed_cost_factor),
            "HARNESS_LEASE_S": str(settings.lease_s), "HARNESS_WORKER_POLL_S": str(settings.worker_poll_s),
            "HARNESS_RETRY_DELAY_S": str(settings.retry_delay_s),
            # These tests are about the service; the sandbox's own tests cover the refusal. Where the platform
