@@ -300,7 +300,7 @@ def _evaluation(used: list[int]):
                       most_calls=1, output_bytes=4, tolerance=Tolerance(atol=1e-4, rtol=1e-4), idle_wait_s=0.0,
                       traced=False)
     return TimedRounds(plan, _FakeTrusted(), _FakeCandidate(used), Observations(pause_method="cgroup_freeze"),
-                       deadline=lambda calls, write_bytes: 10.0, outputs_dir=Path("/nonexistent"),
+                       deadline=lambda calls, write_bytes: 10.0,
                        seeds=random.Random(1), phase=lambda name: None)
 
 
