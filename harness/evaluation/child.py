@@ -387,7 +387,6 @@ def main(argv: list[str] | None = None) -> None:
     # Before any submission code: on a timeout the parent asks for the stacks into the log (sandbox/stacks.py).
     faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
     chan = Channel(args.channel_fd)
-    problem_module.save_without_checksums()
     if args.compile_only is not None:
         compile_only(args.compile_only, chan)
     else:

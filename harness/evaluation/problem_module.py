@@ -17,13 +17,6 @@ from harness.evaluation.protocol import ProblemLoad
 from harness.precision import DTYPE_NAMES
 
 
-def save_without_checksums() -> None:
-    """torch.save skips the CRC-32 of each record in the files the children exchange (inputs, parameters,
-    outputs): it was most of a save's time (256 MB on a 2-core VM: 0.53 s with it, 0.21 s without), torch.load
-    never reads it, and the files live minutes on one machine."""
-    torch.serialization.set_crc32_options(False)
-
-
 def dtype_of(precision: str) -> torch.dtype:
     """The torch dtype of a precision (harness.precision)."""
     dtype = getattr(torch, DTYPE_NAMES[precision])

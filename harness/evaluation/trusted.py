@@ -775,7 +775,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd-socket", type=int, help="where the exchange's descriptors go to the parent")
     args = parser.parse_args(argv)
     chan = Channel(args.channel_fd)
-    problem_module.save_without_checksums()
     trusted = Trusted()
     trusted.notify = chan.send
     if args.fd_socket is not None:
