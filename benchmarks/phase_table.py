@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import get_settings  # noqa: E402
+from harness.evaluation import runner  # noqa: E402
 from harness.evaluation.warm import TrustedPool  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.evaluation import runner  # noqa: E402
 
 
 def _summary(rows: list[dict], label: str) -> None:

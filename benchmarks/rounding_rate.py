@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO))
 
 from harness import grading  # noqa: E402
 from harness.config import get_settings  # noqa: E402
+from harness.evaluation import runner  # noqa: E402
 from harness.evaluation.warm import TrustedPool  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
-from harness.evaluation import runner  # noqa: E402
 
 
 def main() -> int:

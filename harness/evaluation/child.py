@@ -2,10 +2,10 @@
 
 The only module that imports a submission. It answers the parent's commands (protocol.py): construct,
 trials (outputs packed into the exchange for the trusted judge), timed windows (the parent's clock times them),
-hand-overs of the outputs the parent picks, the kernel trace of the timed window the parent names. The submission owns this
-process and can change any of this code, so it decides nothing: what it reports is at most a claim against itself
-(an output that changed after the call, a flag switched, a kernel launched), and its outputs are judged in the trusted
-process.
+hand-overs of the outputs the parent picks, the kernel trace of the timed window the parent names. The submission
+owns this process and can change any of this code, so it decides nothing: what it reports is at most a claim against
+itself (an output that changed after the call, a flag switched, a kernel launched), and its outputs are judged in the
+trusted process.
 """
 
 from __future__ import annotations
