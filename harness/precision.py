@@ -20,6 +20,12 @@ DEFAULT_PRECISION: Precision = "fp32"
 # torch's name of each precision's dtype (`torch.float16` is `getattr(torch, "float16")`).
 DTYPE_NAMES: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+# Bytes per element of every dtype the harness reads or plans for, by torch's name without "torch." (the numbers torch
+# makes on the devices the harness runs on): the dtypes an output may have (evaluation/untrusted.py), and the sizes
+# the memory plan counts in.
+DTYPE_BYTES: dict[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1,
+                               "float8_e5m2": 1, "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2,
+                               "int8": 1, "uint8": 1, "bool": 1}
 
 # KernelBench's get_tolerance_for_precision (after torchbench): atol = rtol = 1e-4 at fp32, 1e-2 at fp16 and bf16.
 # A half-precision format has 8 (bf16) or 11 (fp16) significant bits: one rounding of an output is already 4e-3

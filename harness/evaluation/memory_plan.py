@@ -27,12 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from harness.precision import DTYPE_BYTES
 from harness.schema import MemoryPlan
 
 GIB = 1 << 30
-# Bytes per element of the dtypes a problem's tensors hold (torch's names without "torch.").
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-            "complex128": 16, "complex64": 8, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 _FLOATING = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
 # Elements compared at once where the truth is computed on the host: the comparison's float64 temporaries (about
 # fourteen a slice) come to 112 MiB beside the outputs.
@@ -43,12 +41,12 @@ COMPARE_BYTES_PER_ELEMENT = 14 * 8
 
 def tensor_bytes(tensors: Sequence[tuple[int, str]]) -> int:
     """Bytes of tensors given as (elements, dtype name)."""
-    return sum(n * ITEMSIZE.get(dtype, 8) for n, dtype in tensors)
+    return sum(n * DTYPE_BYTES.get(dtype, 8) for n, dtype in tensors)
 
 
 def float64_bytes(tensors: Sequence[tuple[int, str]]) -> int:
     """Bytes of the same tensors once the float64 truth casts them (compare.to_float64: floating-point ones only)."""
-    return sum(n * (8 if dtype in _FLOATING else ITEMSIZE.get(dtype, 8)) for n, dtype in tensors)
+    return sum(n * (8 if dtype in _FLOATING else DTYPE_BYTES.get(dtype, 8)) for n, dtype in tensors)
 
 
 @dataclass(frozen=True)

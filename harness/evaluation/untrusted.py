@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.precision import DTYPE_BYTES
+
 ALIGN = 64  # every tensor's data starts at a multiple of this in a segment (any dtype's view is aligned)
-# The dtypes an output may have: numbers torch makes on the devices the harness runs on, with their sizes.
-DTYPES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-          "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1}
+DTYPES = DTYPE_BYTES  # the dtypes an output may have, with their sizes
 MAX_DIMS = 32
 MAX_ELEMENTS = 1 << 48  # a shape past this describes no output any device holds
 EXTRA_ENTRIES = 16  # entries beyond the reference's output's count that a layout may list (then refused)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 
 from harness.evaluation import gpu_sharing
 from harness.evaluation.gpu_sharing import NvmlUnavailable, Sharing, ask, sharing
@@ -40,20 +41,25 @@ def test_without_the_nvml_binding_the_query_says_so(monkeypatch):
     assert got.shared and "no NVML binding" in (got.unknown or "")
 
 
-def test_the_nvml_query_lists_each_gpus_compute_processes_by_pid_and_lets_nvml_go(monkeypatch):
-    import types
+class NVMLError(Exception):
+    pass
 
+
+def _fake_pynvml(monkeypatch, devices: int, **queries) -> tuple[types.SimpleNamespace, list[str]]:
+    """A pynvml module of `devices` GPUs answering `queries`, in sys.modules; and the list its init and shutdown
+    append to."""
     calls: list[str] = []
-
-    class NVMLError(Exception):
-        pass
-
     fake = types.SimpleNamespace(
         NVMLError=NVMLError,
         nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
-        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p) for p in ([100, 200], [300])[h]])
+        nvmlDeviceGetCount=lambda: devices, nvmlDeviceGetHandleByIndex=lambda i: i, **queries)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake, calls
+
+
+def test_the_nvml_query_lists_each_gpus_compute_processes_by_pid_and_lets_nvml_go(monkeypatch):
+    fake, calls = _fake_pynvml(monkeypatch, 2, nvmlDeviceGetComputeRunningProcesses=lambda h: [
+        types.SimpleNamespace(pid=p) for p in ([100, 200], [300])[h]])
     assert gpu_sharing.nvml_compute_processes() == [[100, 200], [300]] and calls == ["init", "shutdown"]
 
     def fails(h):
@@ -104,21 +110,11 @@ def test_memory_nvml_cannot_attribute_says_why():
 
 
 def test_the_nvml_memory_query_reads_each_gpus_memory_and_its_processes_use(monkeypatch):
-    import types
-
-    calls: list[str] = []
-
-    class NVMLError(Exception):
-        pass
-
-    fake = types.SimpleNamespace(
-        NVMLError=NVMLError,
-        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
-        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+    fake, calls = _fake_pynvml(
+        monkeypatch, 1,
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * GIB, free=2 * GIB, used=78 * GIB),
         nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=100, usedGpuMemory=64 * GIB),
                                                         types.SimpleNamespace(pid=200, usedGpuMemory=None)])
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert gpu_sharing.nvml_device_memory() == [
         gpu_sharing.DeviceMemory(total=80 * GIB, free=2 * GIB, used={100: 64 * GIB, 200: None})]
     assert calls == ["init", "shutdown"]
