@@ -19,6 +19,7 @@ from harness.precision import PRECISIONS
 from harness.precision import check as check_precision
 from harness.problems import get_registry
 from harness.service import selfcheck as sc
+from harness.service.devices import SlotError, plan_slots
 
 
 def render(rows: list[sc.SelfcheckRow], console: Console) -> None:
@@ -45,6 +46,8 @@ def selfcheck_command(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Problems checked at once (each job gets cores/jobs "
                              "threads)."),
+    gpus: str = typer.Option(None, "--gpus", help="With --device cuda: all, or GPU indices such as 0,1; one "
+                             "problem on each GPU at a time (--jobs is then their number)."),
     sample: str = typer.Option(None, "--sample", help="Comma-separated problem ids or level prefixes "
                                "(level1/19,level3/); `ci` for the fixed CI sample. Default: every problem."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Write the report here, rewritten after "
@@ -74,6 +77,8 @@ def selfcheck_command(
 
       harness selfcheck --problems-dir ~/KernelBench/KernelBench --device cuda --sample level1/ --json gpu.json
 
+      harness selfcheck --problems-dir ~/KernelBench/KernelBench --device cuda --gpus all --json gpu.json --resume
+
       harness selfcheck --problems-dir harness/problems/kernelbench --device cuda --precision bf16
     """
     if device not in ("cpu", "cuda"):
@@ -82,9 +87,21 @@ def selfcheck_command(
     if sizes not in ("auto", "reduced", "default"):
         typer.echo(f"error: --sizes must be auto, reduced or default, not {sizes!r}", err=True)
         raise typer.Exit(2)
+    gpu_envs: list[dict[str, str]] = []
+    if gpus is not None:
+        if device != "cuda":
+            typer.echo("error: --gpus spreads a run over GPUs: use it with --device cuda", err=True)
+            raise typer.Exit(2)
+        try:
+            slots = plan_slots(gpus, get_settings())
+        except SlotError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        gpu_envs = [slot.env for slot in slots if slot.device == "cuda"]
+        jobs = max(1, len(gpu_envs))
     if device == "cuda":
         require_cuda(get_settings(), instead="cpu")
-        if jobs > 1:  # allowed, for verdicts in less time; the user should know what it costs
+        if jobs > 1 and not gpu_envs:  # allowed, for verdicts in less time; the user should know what it costs
             typer.echo(f"note: --jobs {jobs} runs {jobs} evaluations on one GPU at once: they share its memory (each "
                        "holds its trials' outputs there) and the scratch disk, and disturb each other's timed "
                        "windows; quote A/A speedups from --jobs 1", err=True)
@@ -99,13 +116,14 @@ def selfcheck_command(
         typer.echo(f"error: {e.args[0]}", err=True)
         raise typer.Exit(2) from None
     options = sc.SelfcheckOptions(device=device, reduce=None if sizes == "auto" else sizes == "reduced",
-                                  forward_budget_s=budget_ms / 1e3, jobs=jobs, seed=seed,
+                                  forward_budget_s=budget_ms / 1e3, jobs=jobs, gpu_envs=gpu_envs, seed=seed,
                                   precision=check_precision(precision))
     done = sc.load_rows(json_out) if (json_out is not None and resume) else []
     done = [r for r in done if r.problem in {s.id for s in specs} and r.precision == precision]
     todo = [s for s in specs if s.id not in {r.problem for r in done}]
     report = sc.SelfcheckReport(command=shlex.join(["harness", *sys.argv[1:]]), commit=sc.current_commit(),
                                 host=socket.gethostname(), device=device, jobs=jobs, rows=done,
+                                gpus=[e.get("CUDA_VISIBLE_DEVICES", "") for e in gpu_envs],
                                 forward_budget_s=options.forward_budget_s if options.reduce is not False else None)
     console = Console(stderr=True)
     order = {s.id: i for i, s in enumerate(specs)}

@@ -769,6 +769,18 @@ class Trusted:
         return self._peaks
 
 
+def _log_memory(command: str) -> None:
+    """One line in this process's log after each command on CUDA: what its allocator holds for tensors, what it has
+    reserved from the device, and the peak since the last reset (what the memory plan predicts is checked
+    against these)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    gib = 1 << 30
+    print(f"[trusted] after {command}: allocated {torch.cuda.memory_allocated() / gib:.2f} GiB, reserved "
+          f"{torch.cuda.memory_reserved() / gib:.2f} GiB, peak {torch.cuda.max_memory_allocated() / gib:.2f} GiB",
+          file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--channel-fd", type=int, required=True)
@@ -821,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
                 after, trusted.after_reply = trusted.after_reply, None
                 if after is not None:  # beside the candidate's work: the next command waits in the pipe meanwhile
                     after()
+                _log_memory(name)
             else:
                 chan.send("failed", error=f"unknown command {name!r}")
         except Exception as e:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ class SelfcheckOptions:
     forward_budget_s: float = reduced_size.FORWARD_BUDGET_S  # one forward pass's estimated time to shrink to
     sizing_time_limit_s: float = reduced_size.SIZING_TIME_LIMIT_S
     jobs: int = 1
+    # One environment per GPU (devices.Slot.env: CUDA_VISIBLE_DEVICES pinned), one job on each at a time; empty: every
+    # job on the one device this process sees (`jobs` of them side by side).
+    gpu_envs: list[dict[str, str]] = field(default_factory=list)
     seed: int | None = None
     # What both sides run at (harness/precision.py). Sizes are chosen at fp32: at a half precision they hold half
     # the bytes, and a CPU without native half arithmetic may take longer than the budget for a forward pass.
@@ -70,6 +74,7 @@ class SelfcheckRow(BaseModel):
     sizing_s: float = 0.0
     eval_s: float = 0.0
     job_dir: str | None = None
+    gpu: str | None = None  # the GPU it ran on, where a run spread over several (CUDA_VISIBLE_DEVICES's id)
     torch_version: str | None = None
     commit: str | None = None  # of the harness that made this row (a resumed report holds rows of several)
 
@@ -82,6 +87,7 @@ class SelfcheckReport(BaseModel):
     device: str
     forward_budget_s: float | None
     jobs: int
+    gpus: list[str] = Field(default_factory=list)  # where --gpus spread the run: one job on each
     started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     wall_s: float = 0.0  # from the start of this invocation to its latest row (a resumed run starts again)
     rows: list[SelfcheckRow] = Field(default_factory=list)
@@ -120,7 +126,8 @@ def choose_size(spec: ProblemSpec, options: SelfcheckOptions, threads: int) -> d
                               time_limit_s=options.sizing_time_limit_s, threads=threads)
 
 
-def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int) -> SelfcheckRow:
+def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
+                  gpu_env: dict[str, str] | None = None) -> SelfcheckRow:
     t0 = time.monotonic()
     reduce = options.device == "cpu" if options.reduce is None else options.reduce
     sized: dict[str, Any] = {"ok": True, "overrides": {}, "size": "default", "forward_s": None}
@@ -136,9 +143,9 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     sized_spec = spec.model_copy(update={"sizes": variants})
     # One thread per job, as the probe measured: the A/A ratio then compares like with like.
     # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
+    env = {"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else dict(gpu_env or {})
     opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
-                       precision=options.precision,
-                       extra_env={"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else {})
+                       precision=options.precision, extra_env=env)
     t1 = time.monotonic()
     result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
     return SelfcheckRow(
@@ -147,29 +154,38 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         flags=[f.check for f in result.flags], message=result.message,
         speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
         sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,
+        gpu=(gpu_env or {}).get("CUDA_VISIBLE_DEVICES"),
         torch_version=result.provenance.torch_version if result.provenance else None,
     )
 
 
 def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings: Settings,
                   on_row: Callable[[SelfcheckRow], None] | None = None) -> list[SelfcheckRow]:
-    """Check `specs`, `options.jobs` at a time; `on_row` hears of each row as it is done (in any order).
-    The rows come back in the order of `specs`."""
-    threads = max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+    """Check `specs`, `options.jobs` at a time (with `options.gpu_envs`, one on each GPU); `on_row` hears of each
+    row as it is done (in any order). The rows come back in the order of `specs`."""
+    jobs = len(options.gpu_envs) if options.gpu_envs else max(1, options.jobs)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     lock = threading.Lock()
-    if options.jobs > 1 and options.device != "cpu":
+    if jobs > 1 and options.device != "cpu" and not options.gpu_envs:
         # Evaluations side by side on one GPU: each one's work is the other process's work that a reference
         # window would wait for (Settings.gpu_idle_wait_s), so none waits.
         settings = settings.model_copy(update={"gpu_idle_wait_s": 0.0})
+    free: queue.SimpleQueue[dict[str, str] | None] = queue.SimpleQueue()
+    for env in options.gpu_envs or [None] * jobs:
+        free.put(env)
 
     def one(spec: ProblemSpec) -> SelfcheckRow:
-        row = check_problem(spec, options, settings, threads)
+        env = free.get()  # a GPU of its own for the whole evaluation: never two on one GPU
+        try:
+            row = check_problem(spec, options, settings, threads, env)
+        finally:
+            free.put(env)
         if on_row is not None:
             with lock:
                 on_row(row)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(one, specs))
 
 
