@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         description="A window's net work outweighs its constant cost (a command's round trip, measured before the "
                     "rounds) this many times, whatever window_ms says (windows.resize); 0 leaves window_ms alone.",
     )
+    window_lead_in_ms: float = Field(
+        default=10.0, ge=0,
+        description="Untimed calls of about this long in the same process right before each timed window, where the "
+                    "windows' inputs are staged (rounds.RoundsPlan): a window that starts after its process waited "
+                    "ran up to half slower on an H100 for networks of many small kernels; 0: none.",
+    )
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",

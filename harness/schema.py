@@ -341,6 +341,10 @@ class Observations(BaseModel):
     # Set where the candidate's warm-up windows sized the timed ones below what eager's speed asks for, and its timed
     # windows then ran far short of their target: a figure from such short windows is not ranked.
     windows_sized_down: str | None = None
+    # Why the timed windows made their own inputs rather than taking them from the window segment (RoundsPlan.staged);
+    # None where they took them, or where there was no segment to take them from (a CUDA evaluation exchanging through
+    # host memory).
+    windows_unstaged: str | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another
     # process's (ms; the candidate's processes stopped since its reply), and how many windows found it busy still

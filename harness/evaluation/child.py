@@ -38,6 +38,7 @@ from harness.evaluation.protocol import (
     Fingerprint,
     Handover,
     Import,
+    LeadIn,
     LoadParameters,
     RunTrial,
     Trace,
@@ -209,6 +210,8 @@ class _Session:
         self.kept: list[Any] = []
         self.link: exchange.FdLink | None = None  # where the exchange's descriptors come from (the parent's relay)
         self.segments: dict[str, exchange.Segment] = {}
+        self.window_inputs: list[list[Any]] = []  # views of the window segment, one list per call (LeadIn's layout)
+        self.retired: list[exchange.Segment] = []
 
     def attach(self, cmd: CandidateCommand) -> None:
         """The segments the command names, their descriptors taken from the fd socket (sent just before it)."""
@@ -216,6 +219,9 @@ class _Session:
             return
         assert self.link is not None, "segments named, but no fd socket"
         for spec, fd in zip(cmd.segments, self.link.receive(len(cmd.segments)), strict=True):
+            old = self.segments.pop(spec["name"], None)
+            if old is not None:  # a larger one replaces it (the window segment, as windows grow): closed once the
+                self.retired.append(old)  # lead-in has run on the inputs it holds
             self.segments[spec["name"]] = exchange.attach(spec, fd)
 
     def _pack(self, out: Any, seg: exchange.Segment, base: int = 0) -> dict[str, Any]:
@@ -295,11 +301,27 @@ class _Session:
             self.chan.send("launched", error="CUPTI was not subscribed when this process started")
         try:
             seen = timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
-                                     self.flush if cmd.flush_l2 else None, keep=self.kept)
+                                     self.flush if cmd.flush_l2 else None, keep=self.kept,
+                                     inputs=self.window_inputs if cmd.staged else None)
         finally:
             if traced is not None:
                 traced.stop()
         return seen if isinstance(seen, dict) else {}  # a diagnostic: the parent believes none of it
+
+    def lead_in(self, cmd: LeadIn) -> dict[str, Any]:
+        """Untimed calls on the inputs of the last window (the window segment's now, seen already), right before the
+        next window; with a layout, the views of where the next window's inputs will lie, made here rather than in the
+        timed window."""
+        assert self.model is not None
+        # On the inputs of the last window (none before the first): the segment's other bytes may be no inputs yet.
+        timing.lead_in(self.model, self.window_inputs, cmd.calls, self.device, self.flush if cmd.flush_l2 else None)
+        if cmd.layout is not None:
+            seg = self.segments["window"]
+            self.window_inputs = [list(exchange.unpack(layout, seg, self.device)) for layout in cmd.layout]
+        for old in self.retired:
+            old.close()
+        self.retired = []
+        return {}
 
     def fingerprint(self, cmd: Fingerprint) -> dict[str, Any]:
         return {"sums": timing.fingerprints(self.kept, cmd.key, self.device)}
@@ -320,7 +342,7 @@ class _Session:
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
                                                 "trial": RunTrial, "window": Window, "fingerprint": Fingerprint,
-                                                "handover": Handover, "trace": Trace}
+                                                "handover": Handover, "trace": Trace, "lead_in": LeadIn}
 
 
 def run(req: CandidateRequest, chan: Channel, link: exchange.FdLink | None = None) -> None:

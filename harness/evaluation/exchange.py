@@ -208,10 +208,12 @@ def packed_bytes(obj: Any) -> int:
     return 0
 
 
-def pack(obj: Any, seg: Segment | None, base: int = 0, *, in_place: bool = False) -> dict[str, Any]:
+def pack(obj: Any, seg: Segment | None, base: int = 0, *, in_place: bool = False, write: bool = True
+         ) -> dict[str, Any]:
     """Write `obj` (a tensor, or a list, tuple or dict of tensors and JSON values) into `seg` from `base`; its
-    layout. `in_place`: write through the candidate's mapping (its side) rather than the descriptor. A tensor that
-    does not fit, or no plain dense one, is described rather than written: the judge reads what it says."""
+    layout. `in_place`: write through the candidate's mapping (its side) rather than the descriptor; `write=False`:
+    only the layout that writing would give. A tensor that does not fit, or no plain dense one, is described rather
+    than written: the judge reads what it says."""
     if isinstance(obj, torch.Tensor):
         kind, items, keys = "tensor", [obj], None
     elif isinstance(obj, (list, tuple)):
@@ -235,7 +237,7 @@ def pack(obj: Any, seg: Segment | None, base: int = 0, *, in_place: bool = False
         fits = seg is not None and offset + n <= seg.nbytes
         entries.append({"tensor": {"dtype": _dtype_name(item.dtype), "shape": list(item.shape),
                                    "offset": offset if fits else None}})
-        if fits and n:
+        if fits and n and write:
             assert seg is not None
             if in_place:
                 seg.view(offset, n).copy_(_bytes_of(item))

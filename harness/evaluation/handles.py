@@ -175,13 +175,20 @@ class Candidate:
         self.obs.candidate_import_s = msg.received_at - asked_at
         return msg
 
-    def request(self, command: CandidateCommand, limit_s: float, phase: Phase) -> Message:
+    def request(self, command: CandidateCommand, limit_s: float, phase: Phase, clock_from_resume: bool = False
+                ) -> Message:
         """Send `command`; its reply (with its nonce) within `limit_s` on the parent's clock, else CandidateStopped.
-        The reply's `received_at` less `sent_at` is the command's time."""
+        The reply's `received_at` less `sent_at` is the command's time. Paused since its last turn, the process is
+        continued before the clock starts; with `clock_from_resume`, after (a window whose inputs wait in memory it
+        maps: not a moment of it runs off the clock)."""
         self.exit.phase, self.exit.deadline_s = phase, limit_s
         text = command.model_dump_json()  # before the clock starts: a window's time is the child's, not pydantic's
-        self.proc.resume()  # paused since its last turn: continued before the clock starts
-        self.sent_at = time.monotonic()
+        if clock_from_resume:
+            self.sent_at = time.monotonic()
+            self.proc.resume()
+        else:
+            self.proc.resume()
+            self.sent_at = time.monotonic()
         try:
             self.proc.send(text)
         except ChildExited:

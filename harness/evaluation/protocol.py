@@ -87,7 +87,8 @@ class JudgeCommand(BaseModel):
 
 class ReferenceWindowCommand(BaseModel):
     """Run one window of the reference (eager or torch.compile), or of a call that does nothing (empty): the
-    fixed cost of a window, subtracted from every kind's. The parent's clock around the command times it."""
+    fixed cost of a window, subtracted from every kind's. The parent's clock around the command times it. With
+    `staged`, its calls take the inputs the last StageWindowCommand made (of these `seeds`), made before the clock."""
 
     cmd: Literal["window"] = "window"
     kind: Literal["eager", "compile", "empty"]
@@ -95,6 +96,32 @@ class ReferenceWindowCommand(BaseModel):
     forward_seeds: list[int]  # torch.manual_seed right before each call: a stochastic reference draws alike
     flush_l2: bool = True
     keep_outputs: bool = False  # kept for the next FingerprintCommand (eager's, in timed rounds)
+    staged: bool = False
+
+
+class StageWindowCommand(BaseModel):
+    """Make a round's window inputs from `seeds` and keep them (this process's own copy, which its windows and
+    lead-ins use); the reply's `layout` says where `FillWindowCommand` will write them in the window segment, one
+    layout per call, and `segments` names a new window segment where the last was too small."""
+
+    cmd: Literal["stage_window"] = "stage_window"
+    seeds: list[int]
+
+
+class FillWindowCommand(BaseModel):
+    """Write the staged inputs into the window segment (the candidate paused: it sees them only in its window)."""
+
+    cmd: Literal["fill_window"] = "fill_window"
+
+
+class LeadInCommand(BaseModel):
+    """Calls of `kind` on the staged inputs right before its window, untimed: the window then starts in a process
+    (and on a device) that is running, as the candidate's does after its own lead-in."""
+
+    cmd: Literal["lead_in"] = "lead_in"
+    kind: Literal["eager", "compile", "empty"]
+    calls: int
+    flush_l2: bool = True
 
 
 class FingerprintCommand(BaseModel):
@@ -191,15 +218,29 @@ class RunTrial(CandidateCommand):
 
 
 class Window(CandidateCommand):
-    """Make each call's inputs from its seed, flush the L2, call, wait for the device; keep the outputs until the
-    next window. The parent's clock around the command times it (warm-up windows are not counted)."""
+    """Make each call's inputs from its seed (or with `staged`, take them from the window segment, where the trusted
+    side wrote them while this process was paused, as the last LeadIn's layout says), flush the L2, call, wait for the
+    device; keep the outputs until the next window. The parent's clock around the command times it (warm-up windows
+    are not counted)."""
 
     cmd: Literal["window"] = "window"
     seeds: list[int]
     forward_seeds: list[int]
     flush_l2: bool = True
+    staged: bool = False
     # Trace this window's launches: each kernel first launched in it is reported as it happens ('launched').
     trace: bool = False
+
+
+class LeadIn(CandidateCommand):
+    """Untimed calls right before a window, on what the window segment holds now (the last window's inputs, seen
+    already): the window then starts in a running process. `layout` (one per call), where given, says where the
+    window segment's inputs lie from now on."""
+
+    cmd: Literal["lead_in"] = "lead_in"
+    calls: int
+    layout: list[dict[str, Any]] | None = None
+    flush_l2: bool = True
 
 
 class Fingerprint(CandidateCommand):
@@ -227,7 +268,8 @@ class Trace(CandidateCommand):
 
 
 REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trial": "trial_done",
-           "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced"}
+           "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced",
+           "lead_in": "led_in"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol

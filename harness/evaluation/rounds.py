@@ -15,6 +15,7 @@ it: `run`, then `compare_handovers` and `handovers_compared` around the candidat
 
 from __future__ import annotations
 
+import math
 import random
 import secrets
 from collections.abc import Callable
@@ -26,11 +27,15 @@ from harness.evaluation import gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CheckHandoverCommand,
+    FillWindowCommand,
     Fingerprint,
     FingerprintCommand,
     Handover,
     JudgeHandoversCommand,
+    LeadIn,
+    LeadInCommand,
     ReferenceWindowCommand,
+    StageWindowCommand,
     Window,
 )
 from harness.sandbox.pause import CpuMark
@@ -61,6 +66,11 @@ class RoundsPlan:
     traced: bool  # one timed window of the candidate's is traced (its launches arrive with it)
     call_overhead_ms: float = 0.0  # what a window costs a call besides the call (its inputs, the flush)
     fixed_cost_factor: float = 0.0  # a window's net work outweighs its round trip this many times (windows.resize)
+    # The windows' inputs are made by the trusted side before each window and shared with the candidate through
+    # the window segment (where it lives on the evaluation's device), and each window follows a lead-in of about
+    # `lead_in_ms` of untimed calls in its own process; else each process makes them inside its windows.
+    staged: bool = False
+    lead_in_ms: float = 0.0
 
 
 class TimedRounds:
@@ -73,9 +83,15 @@ class TimedRounds:
     def __init__(self, plan: RoundsPlan, trusted: Trusted, candidate: Candidate, obs: Observations, *,
                  deadline: Callable[[int, int], float], seeds: random.Random,
                  phase: Callable[[str], None], draw: random.Random | None = None,
-                 gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes):
+                 gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes,
+                 relay: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda fields: []):
         self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
         self.deadline, self.seeds, self.phase = deadline, seeds, phase
+        self.relay = relay  # passes the segments a trusted reply names on to the candidate (their specs)
+        self.staged = plan.staged
+        self.sent_layout: list[dict[str, Any]] | None = None  # the window segment's layout as the candidate has it
+        self.segments: list[dict[str, Any]] = []  # window segments relayed, not yet named to the candidate
+        self.layout: list[dict[str, Any]] | None = None  # where the last staged window's inputs lie
         self.draw = draw or secrets.SystemRandom()
         self.gpu_processes = gpu_processes
         self.kinds = list(plan.kinds)
@@ -146,9 +162,11 @@ class TimedRounds:
 
         for kind in self.draw.sample(self.kinds, len(self.kinds)):
             if kind == "candidate":
+                staged = self._stage(seeds) and self._candidate_lead_in(calls)
+                phase("lead_ins")
                 if r == traced:
                     self.candidate.begin_trace(r)
-                ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced)
+                ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced, staged=staged)
                 phase("timed_windows")
                 if r >= 0:  # right after the window, so that what it left undone is done on the parent's clock
                     got = self._fingerprint(key, window_limit, check)
@@ -162,7 +180,13 @@ class TimedRounds:
             else:
                 self.wait_idle()
                 phase("idle_waits")
-                timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r)
+                staged = self._stage(seeds)
+                if staged:
+                    self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"),
+                                      "led_in")
+                phase("lead_ins")
+                timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r,
+                                              staged=staged)
                 phase("timed_windows")
                 if timed is None:  # torch.compile failed: no compile baseline (obs says why)
                     self.kinds.remove(kind)
@@ -180,13 +204,47 @@ class TimedRounds:
             check.fingerprint_deviation += deviation
             check.fingerprint_terms += terms
 
-    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float, trace: bool = False
-                          ) -> tuple[float, dict[str, Any]]:
+    def _candidate_window(self, seeds: list[int], forward_seeds: list[int], limit_s: float, trace: bool = False,
+                          staged: bool = False) -> tuple[float, dict[str, Any]]:
         """A window of the candidate's: ms on the parent's clock, and what its process said of it (a claim). With
-        `trace`, the kernels it launched come with it (`Candidate.begin_trace`)."""
-        reply = self.candidate.request(Window(seeds=seeds, forward_seeds=forward_seeds, trace=trace), limit_s,
-                                       Phase.timing)
+        `trace`, the kernels it launched come with it (`Candidate.begin_trace`). With `staged`, its inputs wait in
+        the window segment (filled while it was paused): the clock starts before it is continued."""
+        command = Window(seeds=[] if staged else seeds, forward_seeds=forward_seeds, trace=trace, staged=staged)
+        reply = self.candidate.request(command, limit_s, Phase.timing, clock_from_resume=staged)
         return (reply.received_at - self.candidate.sent_at) * 1e3, reply.fields
+
+    def _stage(self, seeds: list[int]) -> bool:
+        """Where windows are staged: the trusted side makes a window's inputs from `seeds` now, before the window and
+        off its clock (for each kind's window anew: a reference that writes into its inputs leaves them changed).
+        False where they cannot be (an input the window segment cannot hold as it is): from then on every process
+        makes its own inside its windows, as without staging."""
+        if not self.staged:
+            return False
+        reply = self.trusted.call(StageWindowCommand(seeds=seeds).model_dump(mode="json"), "window_staged")
+        self.segments += self.relay(reply)
+        if not reply["stageable"]:
+            self.staged = False
+            self.obs.windows_unstaged = "an input is no plain dense tensor or JSON scalar: each window made its own"
+            return False
+        self.layout = list(reply["layout"])
+        return True
+
+    def _lead_calls(self, calls: int) -> int:
+        """A lead-in's calls: about `lead_in_ms` at the windows' pace (`window_ms` over `calls`), one at least."""
+        p = self.plan
+        return min(calls, max(1, math.ceil(calls * p.lead_in_ms / p.window_ms))) if p.lead_in_ms > 0 else 0
+
+    def _candidate_lead_in(self, calls: int) -> bool:
+        """The candidate's lead-in (on the inputs of its last window), then, paused, its window's inputs written
+        into the window segment by the trusted side: it sees them only once its window's clock runs."""
+        layout = None if self.layout == self.sent_layout else self.layout
+        lead = self._lead_calls(calls)
+        self.candidate.request(LeadIn(calls=lead, layout=layout, segments=self.segments),
+                               self.deadline(lead, 0), Phase.timing)
+        self.segments, self.sent_layout = [], self.layout
+        self.candidate.pause()
+        self.trusted.call(FillWindowCommand().model_dump(mode="json"), "window_filled")
+        return True
 
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> Fingerprints:
         """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what
@@ -239,19 +297,21 @@ class TimedRounds:
         return seen.shared
 
     def reference_window(self, kind: str, seeds: list[int], forward_seeds: list[int], keep_outputs: bool = False,
-                         r: int = 0) -> tuple[float, dict[str, Any]] | None:
+                         r: int = 0, staged: bool = False) -> tuple[float, dict[str, Any]] | None:
         """A window of the trusted side's: ms on the parent's clock, and what the trusted process saw of it; None
         when torch.compile cannot compile. With `keep_outputs`, kept for the next fingerprint. One the paused
         candidate disturbed (`_disturbance`) is timed again, and said in `obs.ran_while_paused`; one that other
         processes' GPU work may have disturbed is timed again too, and where every try was, the last is kept (the result
         is marked shared_gpu, not ranked)."""
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
-                                         keep_outputs=keep_outputs).model_dump(mode="json")
+                                         keep_outputs=keep_outputs, staged=staged).model_dump(mode="json")
         window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
         candidates = 0  # tries the candidate disturbed
         for attempt in range(DISTURBED_TRIES):
             if attempt:
                 self.wait_idle()
+                if staged:  # as the first try had them (a reference may have written into its inputs)
+                    self._stage(seeds)
             mark = self.candidate.cpu_mark()
             try:
                 timed = self.trusted.timed_call(command, "window_done")

@@ -253,6 +253,7 @@ class _Evaluation:
         self.init_arg_count = 0  # the Model's init arguments, once the trusted side wrote them
         self.preparing = False  # the trusted side is still making the trials' inputs and outputs
         self.rounds: TimedRounds | None = None  # once the candidate is timed
+        self.exchange_device = "cpu"  # where the exchange's segments live (the prepare decides)
         self.distributions: list[str] = []
         self.parameters_drawn: list[str] = []  # the reference's tensors drawn fresh, from the trusted side
         self.init_args: tuple[dict[str, Any], list[dict[str, Any]]] = ({}, [])  # layout, segments: for Construct
@@ -361,7 +362,7 @@ class _Evaluation:
         assert self.trusted is not None and self.provenance is not None
         device = self.provenance.device
         self.size = self._size_for(device)
-        exchange_device = self._exchange_device(device)
+        exchange_device = self.exchange_device = self._exchange_device(device)
         self.trusted.send(PrepareCommand(
             problem=self._load(self.size), device=device, param_seed=self.param_seed, draw_seed=self.draw_seed,
             input_seed=self.input_seed,
@@ -532,11 +533,14 @@ class _Evaluation:
                                                                window_ms, prepared["window_cost_ms"])),
             most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
             call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
-            tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces())
+            tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
+            # Inputs shared through the window segment only where it lives on the evaluation's device: a CUDA
+            # evaluation exchanging through host memory would copy them to the device inside each window.
+            staged=self.exchange_device == device, lead_in_ms=self.settings.window_lead_in_ms)
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,
-                                  phase=self.phases.end)
+                                  phase=self.phases.end, relay=self._relay)
         return self.rounds
 
     def speed_of_light(self, prepared: dict[str, Any]) -> None:
@@ -589,6 +593,8 @@ class _Evaluation:
         specs returned). Nothing is kept here: the parent never maps trial data."""
         assert self.trusted is not None and self.candidate is not None
         specs = list(fields.get("segments") or [])
+        if not specs:  # an empty message would be taken for the next command's descriptors
+            return []
         fds = self.trusted.proc.receive_fds(len(specs))
         try:
             self.candidate.proc.send_fds(fds)

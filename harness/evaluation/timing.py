@@ -37,10 +37,12 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
 
 
 def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_seeds: list[int],
-               device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None = None) -> dict[str, float]:
-    """One window's calls: every call's inputs first, then flush and call, flush and call, ..., one wait for the
-    device at the end. The host queues ahead of the GPU, so its own jitter hides behind the GPU's work and the
-    window measures the device; work a call leaves on other streams lands inside it. Each call runs right after
+               device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None = None,
+               inputs: list[list[Any]] | None = None) -> dict[str, float]:
+    """One window's calls: every call's inputs first (made from `seeds`, unless `inputs` were made before the window),
+    then flush and call, flush and call, ..., one wait for the device at the end. The host queues ahead of the GPU,
+    so its own jitter hides behind the GPU's work and the window measures the device; work a call leaves on other
+    streams lands inside it. Each call runs right after
     `manual_seed(its forward seed)` (problem_module), on both sides, so a stochastic reference (dropout) draws alike.
     With `keep`, each call's output is appended to it (kept for a hand-over).
 
@@ -49,7 +51,8 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     the inputs to the end."""
     t0 = time.perf_counter()
     with torch.no_grad():
-        inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
+        if inputs is None:
+            inputs = [seeded_inputs(problem, seed, device) for seed in seeds]
         made = time.perf_counter()
         start = end = None
         if device.type == "cuda":
@@ -70,6 +73,22 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     if start is not None and end is not None:
         seen["device_ms"] = _elapsed_time(start, end)
     return seen
+
+
+def lead_in(fn: Callable[..., Any], inputs: list[list[Any]], calls: int, device: torch.device,
+            flush: torch.Tensor | None) -> None:
+    """`calls` untimed calls on `inputs` (round and round), as a window makes them (flush and call), one wait at the
+    end; their outputs let go. Right before a timed window, it starts with the CPU and the GPU running: a window that
+    began after its process had waited (while the other kinds' windows ran) was slower by up to half on an H100 for
+    networks of many small kernels (benchmarks/window_spread.py)."""
+    if not inputs:
+        return
+    with torch.no_grad():
+        for j in range(calls):
+            if flush is not None:
+                flush.zero_()
+            fn(*inputs[j % len(inputs)])
+        synchronize(device)
 
 
 # Elements (of outputs, and as many draws) fingerprinted at once, in float64: a window's hundreds of small outputs in

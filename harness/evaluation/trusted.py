@@ -41,12 +41,15 @@ from harness.evaluation import (
 from harness.evaluation.protocol import (
     Channel,
     CheckHandoverCommand,
+    FillWindowCommand,
     FingerprintCommand,
     JudgeCommand,
     JudgeHandoversCommand,
+    LeadInCommand,
     PrepareCommand,
     ReferenceWindowCommand,
     StageCommand,
+    StageWindowCommand,
     TakeCommand,
 )
 from harness.schema import MemoryPlan
@@ -154,6 +157,13 @@ def _allocated(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device)
 
 
+def _stageable(value: Any) -> bool:
+    """Whether an input can go through the window segment as it is: a plain dense tensor, or a JSON scalar."""
+    if isinstance(value, torch.Tensor):
+        return exchange.not_dense(value) is None
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
 def _tensor_bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
@@ -194,6 +204,11 @@ class Trusted:
         # Work a command leaves for after its reply (main() runs it before reading the next command).
         self.after_reply: Any = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
+        # A round's window inputs (`stage_window`): this process's own, which its lead-ins and windows use and
+        # `fill_window` copies into the window segment for the candidate's; where each call's lies there.
+        self.window_inputs: list[list[Any]] = []
+        self.window_layouts: list[dict[str, Any]] = []
+        self.exchange_where = "cpu"  # where this evaluation's segments live (the prepare says)
         # Hand-overs read with `defer` (a copy of each, or why there is none; seed; forward seed), until judged.
         self.handed_over: list[tuple[Any, int, int]] = []
         # How a command says something on the way to its reply (main() sets the channel's); how descriptors go to
@@ -239,6 +254,7 @@ class Trusted:
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
         self.window_outputs, self.handed_over, self.plan, self.stochastic = [], [], None, False
+        self.window_inputs, self.window_layouts = [], []
         self.taken, self.first_output, self.determinism = {}, None, None
         for seg in self.segments.values():
             seg.close()
@@ -350,7 +366,7 @@ class Trusted:
         # One trial's room: its inputs (staged anew for each trial), its output, and one window's hand-overs.
         # On the host for a CUDA evaluation too where the runner says so: its inputs and outputs then cross to and
         # from the device in each process (exchange.pack, unpack, take), and no device memory is shared.
-        where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        where = self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
         specs = self._share({
             "inputs": exchange.create(input_room, where, writable=False),
             "output": exchange.create(output_room, where),
@@ -392,7 +408,7 @@ class Trusted:
             free += torch.cuda.memory_reserved(self.device)
             work = max(work, torch.cuda.max_memory_allocated(self.device) - base)
         io_bytes = memory_plan.tensor_bytes(described[0]) + memory_plan.tensor_bytes(described[1])
-        where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        where = self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
         granule = 1
         if where == "cuda":
             from harness.evaluation import cuda_vmm
@@ -674,12 +690,61 @@ class Trusted:
             fn = self.compiled
         self.window_outputs = []
         kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
+        staged = self.window_inputs if cmd.staged else None
+        if staged is not None and len(staged) != len(cmd.seeds):
+            raise ValueError(f"{len(staged)} calls' inputs staged for a window of {len(cmd.seeds)}")
         seen = timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
-                                 self.flush if cmd.flush_l2 else None, keep=kept)
+                                 self.flush if cmd.flush_l2 else None, keep=kept, inputs=staged)
         if cmd.keep_outputs:
             self.window_outputs = kept
         del kept
         return seen
+
+    def stage_window(self, cmd: StageWindowCommand) -> dict[str, Any]:
+        """A window's inputs, made from its seeds before it (off every clock: anew for each kind's window, as a
+        reference that writes into its inputs leaves them changed) and kept; where
+        `fill_window` will write them for the candidate, each call's from where the last one's ends, in a window
+        segment as large as they need (a new one, named in the reply, where the last was smaller). `stageable` is
+        False where an input is no plain dense tensor or JSON value (the windows then make their inputs)."""
+        self.window_inputs = []  # the last ones let go first
+        with torch.no_grad():
+            made = [problem_module.seeded_inputs(self.module, seed, self.device) for seed in cmd.seeds]
+            problem_module.synchronize(self.device)
+        self.window_inputs = made
+        if not all(_stageable(v) for x in made for v in x):
+            return {"layout": [], "segments": [], "stageable": False}
+        need = sum(exchange.packed_bytes(x) for x in made)
+        specs: list[dict[str, Any]] = []
+        seg = self.segments.get("window")
+        if seg is None or seg.nbytes < need:
+            if seg is not None:
+                seg.close()
+            specs = self._share({"window": exchange.create(max(need, 1), self.exchange_where)})
+            seg = self.segments["window"]
+        layouts, base = [], 0
+        for x in made:
+            layouts.append(exchange.pack(list(x), seg, base, write=False))
+            base += exchange.packed_bytes(x)
+        self.window_layouts = layouts
+        return {"layout": layouts, "segments": specs, "stageable": True}
+
+    def fill_window(self) -> dict[str, Any]:
+        """The staged inputs written into the window segment, over whatever the candidate left there."""
+        seg, base = self.segments["window"], 0
+        for x in self.window_inputs:
+            exchange.pack(list(x), seg, base)
+            base += exchange.packed_bytes(x)
+        problem_module.synchronize(self.device)
+        return {}
+
+    def lead_in(self, cmd: LeadInCommand) -> dict[str, Any]:
+        """Untimed calls right before a window of `cmd.kind`, on the staged inputs (the reference's, for the empty
+        window too: its fixed cost is then measured in a process as warm as the others'; torch.compile's once it
+        has compiled, in its first window)."""
+        assert self.model is not None
+        fn: Any = self.compiled if cmd.kind == "compile" and self.compiled is not None else self.model
+        timing.lead_in(fn, self.window_inputs, cmd.calls, self.device, self.flush if cmd.flush_l2 else None)
+        return {}
 
     def wait_idle(self, limit_s: float) -> dict[str, Any]:
         """Wait until no other process's work is queued on this GPU, up to `limit_s`: a tiny kernel and a sync take
@@ -797,6 +862,9 @@ def main(argv: list[str] | None = None) -> int:
         "take": (TakeCommand, trusted.take, "taken"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
         "window": (ReferenceWindowCommand, trusted.window, "window_done"),
+        "stage_window": (StageWindowCommand, trusted.stage_window, "window_staged"),
+        "fill_window": (FillWindowCommand, lambda _: trusted.fill_window(), "window_filled"),
+        "lead_in": (LeadInCommand, trusted.lead_in, "led_in"),
         "fingerprint": (FingerprintCommand, trusted.fingerprint, "fingerprinted"),
         "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
         "judge_handovers": (JudgeHandoversCommand, trusted.judge_handovers, "handovers_checked"),

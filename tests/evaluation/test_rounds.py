@@ -92,7 +92,7 @@ class FakeCandidate:
         self.traced: list[int] = []
         self.last_seeds: list[int] = []
 
-    def request(self, command: Any, limit_s: float, phase: Any) -> Message:
+    def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
         if command.cmd == "window":
             self.windows.append(len(command.seeds))
             self.last_seeds = list(command.seeds)

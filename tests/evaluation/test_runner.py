@@ -79,7 +79,10 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
                           "judge", "timing_warmup"]
-    assert set(names[11:-3]) == {"timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
+    assert set(names[11:-3]) == {"lead_ins", "timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
+    # The windows' inputs were made before them (staged by the trusted side): no window of either side made any.
+    assert o.windows_unstaged is None
+    assert o.eager_timing.inputs_median_ms < 0.05 and o.candidate_timing.inputs_median_ms < 0.05
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
