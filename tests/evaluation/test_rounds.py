@@ -33,9 +33,15 @@ class FakeTrusted:
     `idle` are its answers to waits for an idle GPU, in order (idle at once when they run out); `compile_fails`
     makes torch.compile's window fail."""
 
-    def __init__(self, call_ms: float = 10.0, idle: list[dict[str, Any]] | None = None, compile_fails: bool = False):
+    def __init__(self, call_ms: float = 10.0, idle: list[dict[str, Any]] | None = None, compile_fails: bool = False,
+                 stageable: bool = True):
         self.call_ms, self.idle, self.compile_fails = call_ms, list(idle or []), compile_fails
         self.commands: list[str] = []
+        self.stageable = stageable
+        self.staged: list[int] = []  # the seeds of the inputs staged last
+        self.segment: list[int] = []  # what the window segment holds: the seeds of the inputs filled last
+        self.events: list[str] = []  # both sides' commands in order, where a test hands both the same list
+        self.segment_bytes = 0
         self.eager_seeds: list[int] = []
         self.deferred = 0
         self.pending: str | None = None
@@ -53,6 +59,8 @@ class FakeTrusted:
             raise TrustedFailed("Traceback ...\nInductorError: no compiler")
         if command["kind"] == "eager":
             self.eager_seeds = list(command["seeds"])
+        if command["staged"]:
+            assert self.staged == command["seeds"]  # its own inputs, staged for this window
         per_call = 0.0 if command["kind"] == "empty" else self.call_ms
         return 1.0 + per_call * len(command["seeds"]), {"host_ms": 1.0}
 
@@ -61,6 +69,23 @@ class FakeTrusted:
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.commands.append(command["cmd"])
+        self.events.append(f"trusted {command['cmd']}")
+        if command["cmd"] == "stage_window":
+            if not self.stageable:
+                return {"layout": [], "segments": [], "stageable": False}
+            self.staged = list(command["seeds"])
+            grown = len(self.staged) > self.segment_bytes
+            self.segment_bytes = max(self.segment_bytes, len(self.staged))
+            layout = [{"kind": "list", "entries": [{"tensor": {"dtype": "float32", "shape": [2], "offset": 512 * j}}]}
+                      for j in range(len(self.staged))]
+            return {"layout": layout, "segments": [{"name": "window", "nbytes": 512 * len(self.staged)}] if grown
+                    else [], "stageable": True}
+        if command["cmd"] == "fill_window":
+            self.segment = list(self.staged)
+            return {}
+        if command["cmd"] == "lead_in":
+            assert 1 <= command["calls"] <= len(self.staged)
+            return {}
         if command["cmd"] == "wait_idle":
             return self.idle.pop(0) if self.idle else {"waited_ms": 0.06, "busy": False}
         assert command["cmd"] == "check_handover"
@@ -91,11 +116,20 @@ class FakeCandidate:
         self.pauses = 0
         self.traced: list[int] = []
         self.last_seeds: list[int] = []
+        self.events: list[str] = []
+        self.lead_ins: list[Any] = []
+        self.segment: Callable[[], list[int]] = lambda: []
 
     def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
+        self.events.append(f"candidate {command.cmd}" + (" (clock from resume)" if clock_from_resume else ""))
+        if command.cmd == "lead_in":
+            self.lead_ins.append(command)
+            return Message("led_in", {}, self.sent_at + 0.01)
         if command.cmd == "window":
-            self.windows.append(len(command.seeds))
-            self.last_seeds = list(command.seeds)
+            self.windows.append(len(command.forward_seeds))
+            # Staged: its inputs are what the window segment holds (the fake trusted side's, given it by the test).
+            self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
+            assert len(self.last_seeds) == len(command.forward_seeds)
             return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + self.call_ms * len(command.seeds))
                            / 1e3)
         if command.cmd == "fingerprint":
@@ -107,6 +141,7 @@ class FakeCandidate:
 
     def pause(self) -> None:
         self.pauses += 1
+        self.events.append("candidate paused")
 
     def processes(self) -> list[int]:
         return CANDIDATE_PIDS
@@ -123,15 +158,19 @@ class FakeCandidate:
 
 def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
-            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None
+            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False
             ) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
-                      output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced)
+                      output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced, staged=staged,
+                      lead_in_ms=20.0 if staged else 0.0)
+    candidate.events = trusted.events  # one list: the order of both sides' commands
+    candidate.segment = lambda: trusted.segment
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
                     deadline=lambda calls, write_bytes: 10.0, seeds=random.Random(7),
                     phase=phases.append, draw=random.Random(11),
-                    gpu_processes=gpu_processes or (lambda: [[TRUSTED_PID, *CANDIDATE_PIDS]]))
+                    gpu_processes=gpu_processes or (lambda: [[TRUSTED_PID, *CANDIDATE_PIDS]]),
+                    relay=lambda fields: list(fields.get("segments") or []))
     return r, phases
 
 
@@ -339,3 +378,40 @@ def test_short_waits_never_ask_nvml(tmp_path):
     rounds = _cuda_rounds(tmp_path, [{"waited_ms": 1.4, "busy": False}], never)
     rounds.run()
     assert rounds.obs.gpu_idle_waits_ms[0] == 1.4 and not rounds.obs.gpu_shared_waits_ms
+
+
+def test_staged_windows_inputs_reach_the_candidate_only_once_its_windows_clock_runs(tmp_path):
+    """Staged: before each candidate window the trusted side makes its inputs, the candidate runs its lead-in on the
+    last window's, is paused, and only then are the new inputs written where it maps them; its window's clock starts
+    before it is continued. The window segment's layout goes with a lead-in only where it changed, a new segment with
+    the lead-in after it was made. Its honest fingerprints match (it computed on the inputs filled)."""
+    trusted, candidate = FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "o", call_ms=5.0)
+    rounds, phases = _rounds(tmp_path, trusted, candidate, staged=True)
+    rounds.run()
+    ev = trusted.events
+    windows = [i for i, e in enumerate(ev) if e.startswith("candidate window")]
+    assert ev[windows[0]] == "candidate window"  # the one-call window that sizes the first: unstaged
+    for i in windows[1:]:
+        assert ev[i] == "candidate window (clock from resume)"
+        assert ev[i - 4:i] == ["trusted stage_window", "candidate lead_in", "candidate paused", "trusted fill_window"]
+    assert "lead_ins" in phases and rounds.obs.windows_unstaged is None
+    check = rounds.obs.timed_outputs
+    assert check is not None and not check.fingerprint_mismatches and check.fingerprinted == 5 * 10
+    # Layouts: sent with the first lead-in and where the calls changed; the segment when it grew.
+    sent = [c for c in candidate.lead_ins if c.layout is not None]
+    assert sent and len(sent) < len(candidate.lead_ins) and candidate.lead_ins[0].segments
+    assert all(1 <= c.calls <= 10 for c in candidate.lead_ins)
+    # Every reference window ran on inputs staged for it, after a lead-in of its own.
+    for i, e in enumerate(ev):
+        if e == "trusted lead_in":
+            assert ev[i - 1] == "trusted stage_window"
+
+
+def test_inputs_that_cannot_be_staged_are_made_in_every_window_and_said(tmp_path):
+    trusted, candidate = FakeTrusted(stageable=False), FakeCandidate(tmp_path / "o")
+    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True)
+    rounds.run()
+    assert "candidate lead_in" not in trusted.events and "trusted fill_window" not in trusted.events
+    assert trusted.events.count("trusted stage_window") == 1  # asked once; from then on, every window makes its own
+    assert rounds.obs.windows_unstaged and "no plain dense tensor" in rounds.obs.windows_unstaged
+    assert rounds.obs.timed_outputs is not None and not rounds.obs.timed_outputs.fingerprint_mismatches
