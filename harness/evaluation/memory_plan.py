@@ -8,7 +8,9 @@ candidate's (trials, timed windows) add up, with the exchange's segments (inputs
 slots) beside them from the prepare's end to the evaluation's: on the device where they are device memory, else on
 the host, whose available memory bounds them and the trusted side's host copies. Work the trusted side does after a
 reply, while the candidate runs its trials (the outputs that compute nothing, judged ahead), counts beside the
-candidate's trials and the trusted side's own trial work. Where they do not fit, the harness first shrinks what it
+candidate's trials and the trusted side's own trial work. A trial kept is counted by its outputs' elements (the
+trusted side keeps copies of them), a timed window's calls by the storages their outputs hold as returned (a 0-dim
+mean can hold all it was reduced from). Where they do not fit, the harness first shrinks what it
 keeps itself, in this order:
 
   0. the outputs that compute nothing are judged at the judge (the candidate idle), not ahead beside its trials;
