@@ -286,6 +286,8 @@ class MemoryPlan(BaseModel):
     parameter_bytes: int = 0
     truth_bytes: int = 0  # one call's outputs in float64
     forward_work_bytes: int = 0  # the reference forward's peak above its inputs
+    output_held_bytes: int = 0  # the storages one call's outputs hold as returned (a timed window keeps them)
+    inputs_made_bytes: int = 0  # the peak of making one trial's inputs
     # The candidate's planned share of the device: its peak over its phases (trials, timed windows), were its kernels
     # the reference's. An out-of-memory error within it is the harness's plan failing, not the submission.
     candidate_bytes: int = 0

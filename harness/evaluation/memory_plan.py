@@ -8,7 +8,9 @@ candidate's (trials, timed windows) add up, with the exchange's segments (inputs
 slots) beside them from the prepare's end to the evaluation's: on the device where they are device memory, else on
 the host, whose available memory bounds them and the trusted side's host copies. Work the trusted side does after a
 reply, while the candidate runs its trials (the outputs that compute nothing, judged ahead), counts beside the
-candidate's trials and the trusted side's own trial work. Where they do not fit, the harness first shrinks what it
+candidate's trials and the trusted side's own trial work. A trial kept is counted by its outputs' elements (the
+trusted side keeps copies of them), a timed window's calls by the storages their outputs hold as returned (a 0-dim
+mean can hold all it was reduced from). Where they do not fit, the harness first shrinks what it
 keeps itself, in this order:
 
   0. the outputs that compute nothing are judged at the judge (the candidate idle), not ahead beside its trials;
@@ -49,6 +51,19 @@ def float64_bytes(tensors: Sequence[tuple[int, str]]) -> int:
     return sum(n * (8 if dtype in _FLOATING else DTYPE_BYTES.get(dtype, 8)) for n, dtype in tensors)
 
 
+def redistributed_bytes(inputs: Sequence[tuple[int, str]]) -> int:
+    """The most held while the extra distribution redraws one call's inputs (problem_module.redistribute): the inputs
+    it replaces, those redrawn so far, and two temporaries of the one being redrawn (its draw, then its scaled
+    copy) at most."""
+    made = most = tensor_bytes(inputs)
+    for n, dtype in inputs:
+        if dtype in _FLOATING:
+            size = tensor_bytes([(n, dtype)])
+            most = max(most, made + 2 * size)
+            made += size
+    return most
+
+
 @dataclass(frozen=True)
 class Footprint:
     """One call of the problem, as the trusted side saw it on the first trial. Bytes throughout."""
@@ -74,6 +89,24 @@ class Footprint:
     picks_per_window: int = 2
     device: str = "cuda"  # the evaluation's device: on "cpu" the device's memory is the host's
     judge_ahead: bool = False  # the outputs that compute nothing are to be judged after the prepare's reply
+    # The storages the reference's outputs hold as its forward returns them, where larger than their elements:
+    # smooth_l1_loss's 0-dim mean keeps the storage of the unreduced loss it was made from (4 GiB at level1/96's
+    # size). A timed window keeps its calls' outputs as returned; the trusted side keeps only copies of their
+    # elements (trusted.compact). 0: the outputs' own bytes.
+    outputs_held: int = 0
+    # The peak of making one trial's inputs (get_inputs' temporaries, the extra distribution's redraw beside the
+    # inputs it replaces), measured on CUDA. 0: the inputs' own bytes.
+    inputs_made: int = 0
+
+    @property
+    def held(self) -> int:
+        """What one call's outputs hold as returned."""
+        return max(self.outputs, self.outputs_held)
+
+    @property
+    def made(self) -> int:
+        """The peak of making one call's inputs."""
+        return max(self.inputs, self.inputs_made)
 
     @property
     def f64_ratio(self) -> float:
@@ -116,13 +149,18 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     f64_work = int(fp.forward_work * fp.f64_ratio) if on_device else 0
     truth_forward = (fp.inputs_f64 + f64_work) if on_device else 0
     model64 = fp.parameters_f64 if on_device else 0
+    # Copies of the outputs' elements: what a trial keeps (trusted.compact), not the storages the forward returned.
     kept = c.trials_kept * (fp.outputs + (fp.outputs_f64 if on_device else 0))
     slice_elems = fp.compare_slice if on_device else SMALL_COMPARE_SLICE
-    # A window holds every call's inputs and kept output, and the last call's working memory beyond its output.
-    beyond_output = max(fp.forward_work - fp.outputs, 0)
+    # A window holds every call's inputs and output as returned, and the last call's working memory beyond it.
+    beyond_output = max(fp.forward_work - fp.held, 0)
     temps = min(slice_elems, max(fp.outputs_f64 // 8, 1)) * COMPARE_BYTES_PER_ELEMENT
-    # A trial: its inputs, the expected output held while the stochastic check's forward and the truth's run.
-    trial = model64 + fp.inputs + max(fp.forward_work + fp.outputs, fp.outputs + truth_forward)
+    # The truth's copy of its elements, made beside the storage its forward returned, where that is larger.
+    truth_copy = fp.outputs_f64 if on_device and fp.outputs_held > fp.outputs else 0
+    # A trial: its inputs made; then the inputs, the expected output (its copy made within the forward's work) held
+    # while the stochastic check's forward and the truth's run.
+    trial = model64 + max(fp.made, fp.inputs + max(fp.forward_work + fp.outputs,
+                                                   fp.outputs + truth_forward + truth_copy))
     # A judged trial: the expected output, its truth, the candidate's output read, and the comparison's slice (the
     # outputs that compute nothing are made and compared after the candidate's is let go).
     compare = fp.outputs + (fp.outputs_f64 if on_device else 0) + fp.outputs + temps
@@ -131,14 +169,14 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
         "prepare": fp.parameters + kept + trial,
         # Each trial: its inputs made and staged; the candidate's output copied out and judged (a trial not kept made
         # again first).
-        "trials": fp.parameters + kept + max(fp.inputs, recompute, compare),
+        "trials": fp.parameters + kept + max(fp.made, recompute, compare),
         # After the prepare's reply, beside the candidate's trials: each kept trial's outputs that compute nothing,
         # one at a time, compared with its kept output and truth.
         "ahead": fp.parameters + kept + fp.outputs + temps if c.judge_ahead else 0,
-        "calibration": fp.parameters + c.calls * fp.inputs,
+        "calibration": fp.parameters + (c.calls - 1) * fp.inputs + fp.made,
         "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
         # The kept trials stay until the evaluation's end (Trusted.release).
-        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
+        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.held) + beyond_output + fingerprint(fp, c),
     }
 
 
@@ -147,10 +185,10 @@ def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, 
     for the mutation check, its output and the output's snapshot; before it, the allocator's poison block of four
     inputs' size or a quarter of the free memory, which the trial's tensors then reuse) and a timed window."""
     poison = 4 * fp.inputs if budget is None else min(4 * fp.inputs, budget // 4)
-    beyond_output = max(fp.forward_work - fp.outputs, 0)
+    beyond_output = max(fp.forward_work - fp.held, 0)
     return {
         "trials": fp.parameters + max(poison, 2 * fp.inputs + fp.forward_work + fp.outputs),
-        "windows": fp.parameters + c.calls * (fp.inputs + fp.outputs) + beyond_output + fingerprint(fp, c),
+        "windows": fp.parameters + c.calls * (fp.inputs + fp.held) + beyond_output + fingerprint(fp, c),
     }
 
 
@@ -258,5 +296,6 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
         compare_slice=fp.compare_slice if choice.truth == "device" else SMALL_COMPARE_SLICE,
         calls_per_window=choice.calls, calls_wanted=fp.calls_wanted, shrunk=shrunk,
         input_bytes=fp.inputs, output_bytes=fp.outputs, parameter_bytes=fp.parameters,
-        truth_bytes=fp.outputs_f64, forward_work_bytes=fp.forward_work,
+        truth_bytes=fp.outputs_f64, forward_work_bytes=fp.forward_work, output_held_bytes=fp.held,
+        inputs_made_bytes=fp.made,
     )

@@ -168,6 +168,28 @@ def _tensor_bytes(values: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
+def _held_bytes(values: list[Any]) -> int:
+    """The bytes of the storages `values`' tensors hold (each storage once): more than their elements where a
+    tensor is a view, or was resized down (smooth_l1_loss's 0-dim mean keeps the unreduced loss's storage)."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in values
+                if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_meta}
+    return sum(storages.values())
+
+
+def compact(obj: Any) -> Any:
+    """An output, alone or in a list or tuple, with each tensor that holds a storage larger than its elements
+    replaced by a copy of them: what the trusted side keeps of a forward. level1/96's expected 0-dim loss held 4 GiB
+    and its float64 truth 8 GiB a trial, and six trials kept ran the prepare out of an H100's memory. A tensor
+    already its storage's own size is itself, not a copy."""
+    if isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided or obj.is_meta:
+            return obj
+        return obj.clone() if obj.untyped_storage().nbytes() > obj.numel() * obj.element_size() else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(compact(o) for o in obj)
+    return obj
+
+
 def host_available() -> int | None:
     """The host's available memory (MemAvailable): what the exchange's host segments (memfds are the host's memory,
     not a filesystem's) and the trusted side's host copies may take."""
@@ -317,9 +339,11 @@ class Trusted:
         input_room, output_room = 0, 0  # the segments' sizes: the largest trial's packed inputs and output
         with torch.no_grad():
             for i in range(len(distributions)):
+                made_base = _allocated(self.device)
                 on_device = self._trial_inputs(i)
                 input_room = max(input_room, exchange.packed_bytes(on_device))
                 problem_module.synchronize(self.device)
+                made = torch.cuda.max_memory_allocated(self.device) - made_base if self.device.type == "cuda" else 0
                 base = _allocated(self.device)
                 t0 = time.perf_counter()
                 problem_module.manual_seed(forward_seeds[i], self.device)
@@ -329,9 +353,12 @@ class Trusted:
                 if i == 0:
                     # Before anything more is held: the plan decides what is kept, where the truth is made, and
                     # how many calls a window holds; a problem that cannot fit is said now, with its figures.
-                    plan = self._memory_plan(cmd, on_device, expected, base, len(distributions))
+                    plan = self._memory_plan(cmd, on_device, expected, base, len(distributions), made)
                     if not plan.fits:
                         return {"memory_plan": plan.model_dump(mode="json")}
+                # Its elements alone from here on (the plan counts no more), beside the checks' forwards below.
+                expected = compact(expected)
+                if i == 0:
                     model64 = self._model64()
                     # The same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
@@ -341,7 +368,7 @@ class Trusted:
                     self.output_count = len(_as_list(expected) or [])
                 output_room = max(output_room, exchange.packed_bytes(expected))
                 problem_module.manual_seed(forward_seeds[i], self.device)
-                truth = self._truth(model64, on_device)
+                truth = compact(self._truth(model64, on_device))
                 # Kept to the judge as the plan allows (within KEEP_BYTES); past that (a KernelBench file at its own
                 # size: 7 trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
                 keep = i < plan.trials_kept
@@ -393,9 +420,10 @@ class Trusted:
             "memory_plan": plan.model_dump(mode="json"),
         }
 
-    def _memory_plan(self, cmd: PrepareCommand, inputs: list[Any], expected: Any, base: int, trials: int
-                     ) -> MemoryPlan:
-        """The plan (memory_plan.plan) from the first trial: its inputs, the reference's output and the forward's
+    def _memory_plan(self, cmd: PrepareCommand, inputs: list[Any], expected: Any, base: int, trials: int,
+                     made: int = 0) -> MemoryPlan:
+        """The plan (memory_plan.plan) from the first trial: its inputs and the peak of making them (`made`, measured
+        on CUDA), the reference's output (its elements, and the storages it holds as returned) and the forward's
         peak above `base` (what was allocated before it: CUDA's allocator measures it; on the host, its output
         alone), the parameters, and the device's free memory with what this process already holds."""
         outputs = _as_list(expected) or []
@@ -415,6 +443,9 @@ class Trusted:
 
             granule = cuda_vmm.granularity(self.device.index or 0)
         outputs_bytes = memory_plan.tensor_bytes(described[1])
+        if self.distributions[-1] == problem_module.EXTRA_DISTRIBUTION:
+            # redistribute draws each floating-point input anew (two temporaries of its size) beside the ones made
+            made = max(made, memory_plan.redistributed_bytes(described[0]))
         footprint = memory_plan.Footprint(
             inputs=memory_plan.tensor_bytes(described[0]), inputs_f64=memory_plan.float64_bytes(described[0]),
             outputs=memory_plan.tensor_bytes(described[1]), outputs_f64=memory_plan.float64_bytes(described[1]),
@@ -423,7 +454,8 @@ class Trusted:
             keep_bytes=KEEP_BYTES, compare_slice=compare.COMPARE_SLICE,
             fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES, exchange_device=where, granule=granule,
             picks_per_window=windows.PICKS_PER_WINDOW, device=self.device.type,
-            judge_ahead=cmd.atol is not None and cmd.rtol is not None and outputs_bytes <= TRIVIAL_AHEAD_BYTES)
+            judge_ahead=cmd.atol is not None and cmd.rtol is not None and outputs_bytes <= TRIVIAL_AHEAD_BYTES,
+            outputs_held=_held_bytes(outputs), inputs_made=made)
         self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve,
                                      host_available())
         return self.plan
@@ -570,9 +602,9 @@ class Trusted:
         with torch.no_grad():
             on_device = problem_module.to_device(self._trial_inputs(i), self.device)
             problem_module.manual_seed(forward_seed, self.device)
-            exp = self.model(*on_device)
+            exp = compact(self.model(*on_device))
             problem_module.manual_seed(forward_seed, self.device)
-            return exp, self._truth(model64, on_device)
+            return exp, compact(self._truth(model64, on_device))
 
     def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
         """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
@@ -811,7 +843,7 @@ class Trusted:
             for data, seed, forward_seed in handed:
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 problem_module.manual_seed(forward_seed, self.device)
-                exp = self.model(*inputs)
+                exp = compact(self.model(*inputs))
                 if isinstance(data, dict):  # the hand-over could not be read: why, as the trials say it
                     checks.append(data)
                     continue
@@ -821,7 +853,7 @@ class Trusted:
                     if model64 is None:  # a Module's truth value is its len() where it has one: never `or`
                         model64 = self._model64()
                     problem_module.manual_seed(forward_seed, self.device)
-                    truth = self._truth(model64, inputs)
+                    truth = compact(self._truth(model64, inputs))
                     if truth is not None:
                         check = self._judge_got(data, exp, truth, cmd)
                 checks.append(check)

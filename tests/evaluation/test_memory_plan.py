@@ -114,7 +114,8 @@ def test_level1_96_huber_loss_at_its_own_size():
     calls a window may hold (one), and the evaluation fits both cards, truth on the device."""
     n = 32768 * 32768
     inputs, outputs = [(n, "float32"), (n, "float32")], [(1, "float32")]
-    # smooth_l1_loss with the mean reduction makes the unreduced loss (one tensor of an input's size) then its mean.
+    # smooth_l1_loss with the mean reduction makes the unreduced loss (one tensor of an input's size) then its mean
+    # (on the H100 its output's storage was an input's size too: 8 GiB measured, see the test below).
     fp = _footprint(inputs, outputs, work=4 * n)
     assert (fp.inputs, fp.inputs_f64, fp.outputs, fp.outputs_f64) == (8 * GIB, 16 * GIB, 4, 8)
     assert fp.calls_wanted == 1  # a window holds 4 GiB of calls, at least one
@@ -224,3 +225,68 @@ def test_judging_ahead_is_the_first_thing_shrunk():
     plan = mp.plan(fp, None, None, budget_setting=ahead - 1, reserve=0)
     assert plan.fits and not plan.judge_ahead and plan.shrunk[0].startswith("the outputs that compute nothing")
     assert plan.trials_kept == 6 and plan.needs_bytes == at_judge  # nothing else had to go
+
+
+def test_level1_96_counts_what_the_trusted_side_holds_at_each_step_and_fits_the_h100():
+    """level1/96 on the H100: after its prepare the trusted side held 48 GiB, its prepare peaked at 72 GiB and three
+    float64 truths ran out of memory. smooth_l1_loss's 0-dim mean keeps the storage of the unreduced loss it was
+    made from (its meta function sizes the output as the inputs, then resizes it to 0-dim): each trial kept 4 GiB
+    of expected output and 8 GiB of truth, where the plan counted 12 bytes. The trusted side now keeps copies of
+    the elements, and the windows, which keep outputs as returned, count their storages."""
+    n = 32768 * 32768
+    inputs = [(n, "float32"), (n, "float32")]
+    # As measured on the H100: the forward's peak above its inputs is its output's storage and the unreduced loss.
+    work = 8 * GIB + 16896
+    assert mp.redistributed_bytes(inputs) == 20 * GIB  # the extra trial: 8 GiB replaced, 4 redrawn, 8 of draws
+    fp = _footprint(inputs, [(1, "float32")], work=work, judge_ahead=True, outputs_held=4 * n,
+                    inputs_made=mp.redistributed_bytes(inputs), **DEVICE_EXCHANGE)
+    plan = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=200 * GIB)
+    kept = plan.trials_kept * (4 + 8)  # copies of the expected output and truth, not their storages
+    # The prepare's trial as trusted.prepare runs it, what is held at each step:
+    steps = {
+        "inputs made (the extra trial's redraw)": 20 * GIB,
+        "forward": 8 * GIB + work,
+        "expected copied": 8 * GIB + 4 * GIB + 4,
+        "stochastic check beside the copy": 8 * GIB + 4 + work,
+        # float64 inputs, then the float64 forward's output storage and unreduced loss (its work scaled by two)
+        "float64 truth": 8 * GIB + 4 + 16 * GIB + 2 * work,
+        "truth copied": 8 * GIB + 4 + 16 * GIB + 8 * GIB + 8,
+    }
+    assert plan.phases_bytes["trusted_prepare"] >= kept + max(steps.values())
+    # A timed window keeps its call's output as returned: the loss's storage, within the forward's work.
+    assert plan.output_held_bytes == 4 * GIB and plan.inputs_made_bytes == 20 * GIB
+    assert plan.phases_bytes["trusted_windows"] >= plan.calls_per_window * (8 * GIB + 4 * GIB) + work - 4 * GIB
+    # It fits as it is, the truth on the device, and the candidate's share is one reference call's at least.
+    assert plan.fits and plan.shrunk == [] and plan.truth == "device", plan.message
+    assert plan.candidate_bytes >= fp.inputs + work
+    assert plan.needs_bytes <= H100_MEASURED[0]
+
+
+def test_level1_96_on_a_smaller_device_moves_the_truth_to_the_host_rather_than_try_it():
+    """Where the float64 truth's forward (40 GiB of the trusted side's) does not fit beside the candidate's trial,
+    the plan says so before the first truth: it is made on the host, and the device keeps the float32 call alone."""
+    n = 32768 * 32768
+    inputs = [(n, "float32"), (n, "float32")]
+    fp = _footprint(inputs, [(1, "float32")], work=8 * GIB, outputs_held=4 * n,
+                    inputs_made=mp.redistributed_bytes(inputs), **DEVICE_EXCHANGE)
+    on_device = mp.needs(fp, mp.Choice(6, "device", 1), 64 * GIB, 2 * GIB)[0]
+    assert on_device > 64 * GIB
+    plan = mp.plan(fp, 64 * GIB, 64 * GIB, budget_setting=None, reserve=2 * GIB)
+    assert plan.fits and plan.truth == "host", plan.message
+    assert plan.shrunk[-1].startswith("float64 truth computed on the host")
+    # Trials kept went first (12 bytes a trial: it did not help): the prepare holds the inputs made for the extra
+    # trial at most, or the float32 forward beside its inputs and the expected output's copy.
+    assert plan.trials_kept == 0 and plan.shrunk[0].startswith("trials kept")
+    assert plan.phases_bytes["trusted_prepare"] == max(20 * GIB, 8 * GIB + 8 * GIB + 4)
+
+
+def test_a_window_counts_each_calls_output_as_returned():
+    """Outputs that hold more than their elements (a view into a larger storage): a window of several calls keeps
+    each one's storage, on both sides; what a trial keeps is a copy of the elements alone."""
+    compact = _footprint([(1 << 20, "float32")], [(1 << 10, "float32")], work=8 * MIB)
+    viewed = mp.replace(compact, outputs_held=4 * MIB)
+    c = mp.Choice(6, "device", 3)
+    grown = 3 * (4 * MIB - 4 * (1 << 10)) - (4 * MIB - 4 * (1 << 10))  # the two calls' storages beyond the last's
+    for side in (mp.trusted_phases, lambda fp, c: mp.candidate_phases(fp, c, None)):
+        assert side(viewed, c)["windows"] - side(compact, c)["windows"] == grown
+    assert mp.trusted_phases(viewed, c)["judge"] == mp.trusted_phases(compact, c)["judge"]

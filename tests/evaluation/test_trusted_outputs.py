@@ -297,3 +297,50 @@ def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_mad
         figures = fa
         assert figures["err_vs_fp64"] is not None
         assert (figures["nonfinite_mismatches"] > 0) == (outputs is wrong)
+
+
+_HUBER = """import torch
+class Model(torch.nn.Module):
+    def forward(self, predictions, targets):
+        return torch.nn.functional.smooth_l1_loss(predictions, targets)
+def get_inputs():
+    scale = torch.rand(())
+    return [torch.rand(256, 256) * scale, torch.rand(256, 256)]
+def get_init_inputs():
+    return []
+"""
+
+
+def _storages(values) -> int:
+    return trusted._held_bytes([t for v in values if v is not None for t in (trusted._as_list(v) or [])])
+
+
+@pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
+def test_what_the_trusted_side_keeps_of_a_trial_is_what_the_plan_counts(tmp_path, monkeypatch, keep_bytes):
+    """KernelBench's level1/96 (smooth_l1_loss, its mean a 0-dim tensor) on an H100: the 0-dim expected output kept
+    the storage of the unreduced loss it was made from (4 GiB), its float64 truth 8 GiB, and six trials kept ran
+    the prepare out of memory where the plan counted 12 bytes a trial. What is kept, and what a trial made again
+    at the judge holds while it is judged, are copies of the elements: the plan's bytes. A plain output (Linear,
+    dropout) is kept as it is."""
+    monkeypatch.setattr(trusted, "KEEP_BYTES", keep_bytes)
+    problem = tmp_path / "huber.py"
+    problem.write_text(_HUBER)
+    side = trusted.Trusted()
+    prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
+                                           draw_seed=7, input_seed=1234, trials=3, extra_distribution=True))
+    plan = prepared["memory_plan"]
+    assert plan["output_held_bytes"] == 256 * 256 * 4  # as the forward returned it: the loss's storage
+    assert plan["output_bytes"] == 4 and plan["truth_bytes"] == 8
+    assert plan["trials_kept"] == (4 if keep_bytes else 0)
+    assert _storages(side.expected + side.ground_truth) == plan["trials_kept"] * (4 + 8)
+    model64 = side._model64()
+    for i in range(4):
+        exp, gt = side._trial_outputs(i, model64)
+        assert _storages([exp, gt]) == 4 + 8
+        # The copies are the forward's values.
+        inputs = side._trial_inputs(i)
+        torch.manual_seed(prepared["forward_seeds"][i])
+        assert torch.equal(exp, side.model(*inputs)) and gt.dtype == torch.float64
+    linear = torch.nn.Linear(4, 2)
+    out = linear(torch.rand(3, 4))
+    assert trusted.compact(out) is out and trusted.compact([out])[0] is out
