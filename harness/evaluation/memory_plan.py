@@ -132,6 +132,18 @@ def handover_slots(fp: Footprint, c: Choice) -> int:
     return max(1, min(fp.picks_per_window, c.calls))
 
 
+def staged(fp: Footprint) -> bool:
+    """Whether the timed windows take their inputs from the window segment (rounds.RoundsPlan.staged): where the
+    exchange lives on the evaluation's device."""
+    return fp.exchange_device == fp.device
+
+
+def window_segment(fp: Footprint, c: Choice) -> int:
+    """Where windows are staged, the segment of a window's inputs, the trusted side's: made at the first timed window
+    (after its trial work is let go), and counted with its windows' phase; the candidate's windows then make none."""
+    return _room(c.calls * fp.inputs, fp.granule) if staged(fp) else 0
+
+
 def segments(fp: Footprint, c: Choice) -> int:
     """The exchange's segments for the trials and windows: one trial's inputs, its output, one window's hand-overs."""
     return (_room(fp.inputs, fp.granule) + _room(fp.outputs, fp.granule)
@@ -176,7 +188,9 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
         "calibration": fp.parameters + (c.calls - 1) * fp.inputs + fp.made,
         "judge": fp.parameters + kept + max(trial if c.trials_kept < fp.trials else 0, compare),
         # The kept trials stay until the evaluation's end (Trusted.release).
-        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.held) + beyond_output + fingerprint(fp, c),
+        # A round's inputs staged (its own copy) and, where staged, the window segment they are written into.
+        "windows": fp.parameters + kept + c.calls * (fp.inputs + fp.held) + beyond_output + fingerprint(fp, c)
+        + window_segment(fp, c),
     }
 
 
@@ -188,7 +202,8 @@ def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, 
     beyond_output = max(fp.forward_work - fp.held, 0)
     return {
         "trials": fp.parameters + max(poison, 2 * fp.inputs + fp.forward_work + fp.outputs),
-        "windows": fp.parameters + c.calls * (fp.inputs + fp.held) + beyond_output + fingerprint(fp, c),
+        "windows": fp.parameters + c.calls * ((0 if staged(fp) else fp.inputs) + fp.held) + beyond_output
+        + fingerprint(fp, c),
     }
 
 

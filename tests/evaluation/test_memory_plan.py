@@ -217,8 +217,9 @@ def test_host_segments_are_bounded_by_the_hosts_available_memory():
 
 def test_judging_ahead_is_the_first_thing_shrunk():
     """Where the work judged ahead does not fit beside the candidate's trials, it moves to the judge first."""
-    fp = _footprint([(16 << 20, "float32")], [(16 << 20, "float32")], work=64 * MIB, judge_ahead=True,
-                    **DEVICE_EXCHANGE)
+    # Windows of one call: their inputs staged and the window segment then weigh less than the trials' work.
+    fp = mp.replace(_footprint([(16 << 20, "float32")], [(16 << 20, "float32")], work=64 * MIB, judge_ahead=True,
+                               **DEVICE_EXCHANGE), calls_wanted=1)
     c = mp.Choice(6, "device", fp.calls_wanted, judge_ahead=True)
     ahead, at_judge = mp.needs(fp, c, None, 0)[0], mp.needs(fp, mp.replace(c, judge_ahead=False), None, 0)[0]
     assert ahead > at_judge
@@ -290,3 +291,18 @@ def test_a_window_counts_each_calls_output_as_returned():
     for side in (mp.trusted_phases, lambda fp, c: mp.candidate_phases(fp, c, None)):
         assert side(viewed, c)["windows"] - side(compact, c)["windows"] == grown
     assert mp.trusted_phases(viewed, c)["judge"] == mp.trusted_phases(compact, c)["judge"]
+
+
+def test_staged_windows_put_a_windows_inputs_in_the_trusted_sides_segment_not_the_candidates_windows():
+    """Where the exchange lives on the evaluation's device, a window's inputs are the trusted side's (its staged copy
+    and the window segment it writes them into) and the candidate's windows make none; through host memory on CUDA,
+    each side makes its own as before."""
+    io = [(1 << 20, "float32")]
+    on_device = _footprint(io, io, work=4 * MIB, **DEVICE_EXCHANGE)
+    via_host = mp.replace(on_device, exchange_device="cpu")
+    c = mp.Choice(6, "device", 8, judge_ahead=False)
+    assert mp.staged(on_device) and not mp.staged(via_host)
+    staged, unstaged = mp.trusted_phases(on_device, c), mp.trusted_phases(via_host, c)
+    assert staged["windows"] - unstaged["windows"] == mp.window_segment(on_device, c) >= 8 * 4 * MIB
+    assert mp.candidate_phases(via_host, c, None)["windows"] - mp.candidate_phases(on_device, c, None)["windows"] \
+        == 8 * 4 * MIB
