@@ -47,6 +47,12 @@ class Settings(BaseSettings):
         description="A window's net work outweighs its constant cost (a command's round trip, measured before the "
                     "rounds) this many times, whatever window_ms says (windows.resize); 0 leaves window_ms alone.",
     )
+    window_inputs_staged: bool = Field(
+        default=False,
+        description="The trusted side makes each timed window's inputs before it, while the candidate is paused, "
+                    "and shares them through the window segment; each window follows an untimed lead-in "
+                    "(window_lead_in_ms). Off: each process makes its inputs inside its windows.",
+    )
     window_lead_in_ms: float = Field(
         default=10.0, ge=0,
         description="Untimed calls of about this long in the same process right before each timed window, where the "

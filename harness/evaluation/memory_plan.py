@@ -85,6 +85,7 @@ class Footprint:
     # The exchange (exchange.py): where its segments live ("cuda": device memory; "cpu": the host's), a segment's
     # allocation unit there (the VMM granularity on CUDA), and the most outputs one window hands over.
     exchange_device: str = "cpu"
+    windows_staged: bool = False  # a window's inputs go through the window segment (staged)
     granule: int = 1
     picks_per_window: int = 2
     device: str = "cuda"  # the evaluation's device: on "cpu" the device's memory is the host's
@@ -133,9 +134,8 @@ def handover_slots(fp: Footprint, c: Choice) -> int:
 
 
 def staged(fp: Footprint) -> bool:
-    """Whether the timed windows take their inputs from the window segment (rounds.RoundsPlan.staged): where the
-    exchange lives on the evaluation's device."""
-    return fp.exchange_device == fp.device
+    """Whether the timed windows take their inputs from the window segment (rounds.RoundsPlan.staged)."""
+    return fp.windows_staged
 
 
 def window_segment(fp: Footprint, c: Choice) -> int:

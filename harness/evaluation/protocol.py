@@ -56,6 +56,8 @@ class PrepareCommand(BaseModel):
     memory_reserve: int = 0
     # Where the trial segments live (exchange_probe.choose): on the host, or on the CUDA device (CUDA only).
     exchange_device: Literal["cpu", "cuda"] = "cpu"
+    # The timed windows take their inputs from the window segment (rounds.RoundsPlan.staged): the memory plan counts it.
+    windows_staged: bool = False
 
 
 class StageCommand(BaseModel):

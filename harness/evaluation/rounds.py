@@ -163,7 +163,8 @@ class TimedRounds:
         for kind in self.draw.sample(self.kinds, len(self.kinds)):
             if kind == "candidate":
                 staged = self._stage(seeds) and self._candidate_lead_in(calls)
-                phase("lead_ins")
+                if staged:
+                    phase("lead_ins")
                 if r == traced:
                     self.candidate.begin_trace(r)
                 ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced, staged=staged)
@@ -184,7 +185,7 @@ class TimedRounds:
                 if staged:
                     self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"),
                                       "led_in")
-                phase("lead_ins")
+                    phase("lead_ins")
                 timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r,
                                               staged=staged)
                 phase("timed_windows")

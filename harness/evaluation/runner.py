@@ -371,6 +371,7 @@ class _Evaluation:
             atol=self.tolerance.atol, rtol=self.tolerance.rtol,
             memory_budget=(self.settings.device_memory_budget_mb << 20) or None,
             memory_reserve=self.settings.device_memory_reserve_mb << 20, exchange_device=exchange_device,
+            windows_staged=self._windows_staged(device),
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
@@ -386,6 +387,12 @@ class _Evaluation:
         """The evaluation's GPU's memory now, whose it is (read when the candidate runs out of device memory)."""
         assert self.trusted is not None and self.candidate is not None
         return gpu_sharing.memory_at_failure(self.gpu_memory, self.trusted.processes(), self.candidate.processes())
+
+    def _windows_staged(self, device: str) -> bool:
+        """Whether the timed windows take their inputs from the window segment (Settings.window_inputs_staged), which
+        they can only where it lives on the evaluation's device: a CUDA evaluation exchanging through host memory
+        would copy them to the device inside each window."""
+        return self.settings.window_inputs_staged and self.exchange_device == device
 
     def _exchange_device(self, device: str) -> str:
         """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the
@@ -534,9 +541,7 @@ class _Evaluation:
             most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
             call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
-            # Inputs shared through the window segment only where it lives on the evaluation's device: a CUDA
-            # evaluation exchanging through host memory would copy them to the device inside each window.
-            staged=self.exchange_device == device, lead_in_ms=self.settings.window_lead_in_ms)
+            staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms)
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,

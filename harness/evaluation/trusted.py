@@ -453,6 +453,7 @@ class Trusted:
             forward_work=work, trials=trials, calls_wanted=windows.most_calls(io_bytes, self.device.type),
             keep_bytes=KEEP_BYTES, compare_slice=compare.COMPARE_SLICE,
             fingerprint_chunk=timing.FINGERPRINT_CHUNK_BYTES, exchange_device=where, granule=granule,
+            windows_staged=cmd.windows_staged,
             picks_per_window=windows.PICKS_PER_WINDOW, device=self.device.type,
             judge_ahead=cmd.atol is not None and cmd.rtol is not None and outputs_bytes <= TRIVIAL_AHEAD_BYTES,
             outputs_held=_held_bytes(outputs), inputs_made=made)

@@ -294,12 +294,12 @@ def test_a_window_counts_each_calls_output_as_returned():
 
 
 def test_staged_windows_put_a_windows_inputs_in_the_trusted_sides_segment_not_the_candidates_windows():
-    """Where the exchange lives on the evaluation's device, a window's inputs are the trusted side's (its staged copy
-    and the window segment it writes them into) and the candidate's windows make none; through host memory on CUDA,
-    each side makes its own as before."""
+    """Staged, a window's inputs are the trusted side's (its staged copy and the window segment it writes them into)
+    and the candidate's windows make none; unstaged (the setting off, or through host memory on CUDA), each side
+    makes its own as before."""
     io = [(1 << 20, "float32")]
-    on_device = _footprint(io, io, work=4 * MIB, **DEVICE_EXCHANGE)
-    via_host = mp.replace(on_device, exchange_device="cpu")
+    on_device = _footprint(io, io, work=4 * MIB, windows_staged=True, **DEVICE_EXCHANGE)
+    via_host = mp.replace(on_device, exchange_device="cpu", windows_staged=False)
     c = mp.Choice(6, "device", 8, judge_ahead=False)
     assert mp.staged(on_device) and not mp.staged(via_host)
     staged, unstaged = mp.trusted_phases(on_device, c), mp.trusted_phases(via_host, c)

@@ -25,6 +25,23 @@ from ..conftest import SUBMISSIONS
 ADVERSARIAL = Path(__file__).parents[1] / "fixtures" / "adversarial"
 
 
+def test_staged_windows_take_inputs_made_before_them_and_pass_as_unstaged(settings, registry):
+    """With the windows' inputs staged, no window of either side makes any (each process's own clock says so), every
+    window follows a lead-in, the fingerprints and hand-overs of its outputs match the reference's, and the honest
+    submission passes as it does unstaged."""
+    staged = settings.model_copy(update={"window_inputs_staged": True})
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
+    assert r.verdict == Verdict.passed, r.message
+    o = r.observations
+    assert "lead_ins" in o.phases and o.windows_unstaged is None
+    assert o.eager_timing is not None and o.candidate_timing is not None
+    assert o.eager_timing.inputs_median_ms < 0.05 and o.candidate_timing.inputs_median_ms < 0.05
+    check = o.timed_outputs
+    assert check is not None and not check.fingerprint_mismatches and check.checked
+    assert o.memory_plan is not None and o.memory_plan.phases_bytes["trusted_windows"] > 0
+
+
 def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixture):
     r = run_fixture("level2/75", "l75_pytorch_correct.py")
     assert r.verdict == Verdict.passed, r.message
@@ -79,10 +96,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
                           "judge", "timing_warmup"]
-    assert set(names[11:-3]) == {"lead_ins", "timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
-    # The windows' inputs were made before them (staged by the trusted side): no window of either side made any.
-    assert o.windows_unstaged is None
-    assert o.eager_timing.inputs_median_ms < 0.05 and o.candidate_timing.inputs_median_ms < 0.05
+    assert set(names[11:-3]) == {"timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch

@@ -181,3 +181,34 @@ def test_the_builtin_references_pass_their_own_check_at_a_half_precision_on_the_
     assert [(row["problem"], row["precision"], row["verdict"]) for row in rows] == [
         ("level2/30", precision, "passed"), ("level2/94", precision, "passed")]
     assert f"2/2 passed their own evaluation at {precision}" in r.output
+
+
+def test_gpus_run_one_problem_on_each_gpu_at_a_time(monkeypatch):
+    """With one environment per GPU, jobs run side by side, each evaluation pinned to a GPU no other evaluation holds
+    meanwhile, and each row says which GPU it ran on."""
+    import threading
+    import time as _time
+
+    from harness.service import selfcheck as sc_mod
+
+    busy: set[str] = set()
+    clash: list[str] = []
+    lock = threading.Lock()
+
+    def fake_check(spec, options, settings, threads, gpu_env=None):
+        gpu = (gpu_env or {})["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            if gpu in busy:
+                clash.append(gpu)
+            busy.add(gpu)
+        _time.sleep(0.02)
+        with lock:
+            busy.discard(gpu)
+        return sc_mod.SelfcheckRow(problem=spec, name=spec, size="default", verdict="passed", gpu=gpu)
+
+    monkeypatch.setattr(sc_mod, "check_problem", fake_check)
+    envs = [{"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} for g in ("0", "1", "2")]
+    rows = sc_mod.run_selfcheck([f"p{i}" for i in range(12)], sc_mod.SelfcheckOptions(device="cuda", gpu_envs=envs),
+                                None)  # type: ignore[arg-type]
+    assert [r.problem for r in rows] == [f"p{i}" for i in range(12)] and not clash
+    assert {r.gpu for r in rows} == {"0", "1", "2"}
