@@ -5,7 +5,9 @@ times them (flush, call, flush, call, ..., one wait), under conditions that diff
 
 Conditions (each a row per problem): windows back to back; a sleep of --gap-ms between windows (as a process waits
 while the other kinds' windows run); the same with Python's garbage collector off during windows; the same with the
-waiting thread spinning instead of sleeping; the same with the inputs made before the window's clock starts. For
+waiting thread spinning instead of sleeping; the same with the inputs made before the window's clock starts; the
+same with a lead-in of untimed calls of 10, 30 or 100 ms right before the window (and 30 ms followed by a 2 ms
+sleep, as a paused candidate waits while its inputs are written); the same with 30 ms of CPU spinning only. For
 each: the median time per call on the host's clock and on CUDA events, and the spread (interquartile range over
 median) of both. Only torch and the problem file are used: nothing of the harness's processes.
 """
@@ -76,6 +78,11 @@ def run(path: Path, windows: int, gap_ms: float) -> None:
             "sleep, gc off": dict(gap=gap_ms, gc_off=True),
             "spin between": dict(gap=gap_ms, spin=True),
             "sleep, inputs premade": dict(gap=gap_ms, premade=True),
+            "sleep, lead-in 10 ms": dict(gap=gap_ms, premade=True, lead_ms=10.0),
+            "sleep, lead-in 30 ms": dict(gap=gap_ms, premade=True, lead_ms=30.0),
+            "sleep, lead-in 100 ms": dict(gap=gap_ms, premade=True, lead_ms=100.0),
+            "sleep, lead-in 30, 2 ms gap": dict(gap=gap_ms, premade=True, lead_ms=30.0, after_lead_ms=2.0),
+            "sleep, spin 30 ms": dict(gap=gap_ms, premade=True, spin_ms=30.0),
         }
         print(f"{path.stem}: one call {one_ms:.3f} ms, {calls} calls a window, {windows} windows", flush=True)
         for name, c in conditions.items():
@@ -91,6 +98,17 @@ def run(path: Path, windows: int, gap_ms: float) -> None:
                             pass
                     else:
                         time.sleep(c["gap"] / 1e3)
+                if c.get("lead_ms"):  # calls on the window's first inputs, right before it, untimed
+                    lead_end = time.perf_counter() + c["lead_ms"] / 1e3
+                    while time.perf_counter() < lead_end:
+                        flush.zero_()
+                        model(*premade[0])
+                        torch.cuda.synchronize()
+                    time.sleep(c.get("after_lead_ms", 0.0) / 1e3)
+                if c.get("spin_ms"):  # the CPU busy, the GPU idle
+                    spin_end = time.perf_counter() + c["spin_ms"] / 1e3
+                    while time.perf_counter() < spin_end:
+                        pass
                 if c.get("gc_off"):
                     gc.disable()
                 try:
