@@ -49,6 +49,7 @@ class Trusted:
         self.pending: tuple[str | None, float, float] = (None, 0.0, 0.0)  # command, deadline, limit
         self.sent_at = 0.0
         self.in_sync = True  # every command sent has had its reply: the process can serve another evaluation
+        self.pausable = True  # until a pause fails: the host cannot pause it (the candidate's pause says why)
 
     def processes(self) -> list[int]:
         """The trusted side's processes (host PIDs, as the parent sees them)."""
@@ -57,6 +58,18 @@ class Trusted:
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.send(command, timeout_s)
         return self.wait(reply).fields
+
+    def pause(self) -> bool:
+        """Pause it as the candidate is paused between its turns (its next command continues it, on that command's
+        clock): a staged window of either side then starts the same way. False where this host cannot."""
+        if not self.pausable:
+            return False
+        try:
+            self.proc.pause()
+        except PauseFailed:
+            self.proc.resume()
+            self.pausable = False
+        return self.pausable
 
     def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
                    ) -> tuple[float, dict[str, Any]]:

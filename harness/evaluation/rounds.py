@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,7 @@ class TimedRounds:
         self.sent_layout: list[dict[str, Any]] | None = None  # the window segment's layout as the candidate has it
         self.segments: list[dict[str, Any]] = []  # window segments relayed, not yet named to the candidate
         self.layout: list[dict[str, Any]] | None = None  # where the last staged window's inputs lie
+        self.fill_s = 0.0  # how long the candidate last waited, paused, for its window's inputs to be written
         self.draw = draw or secrets.SystemRandom()
         self.gpu_processes = gpu_processes
         self.kinds = list(plan.kinds)
@@ -183,8 +185,7 @@ class TimedRounds:
                 phase("idle_waits")
                 staged = self._stage(seeds)
                 if staged:
-                    self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"),
-                                      "led_in")
+                    self._trusted_lead_in(kind, calls)
                     phase("lead_ins")
                 timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and r >= 0, r=r,
                                               staged=staged)
@@ -244,8 +245,17 @@ class TimedRounds:
                                self.deadline(lead, 0), Phase.timing)
         self.segments, self.sent_layout = [], self.layout
         self.candidate.pause()
-        self.trusted.call(FillWindowCommand().model_dump(mode="json"), "window_filled")
+        fill_ms, _ = self.trusted.timed_call(FillWindowCommand().model_dump(mode="json"), "window_filled")
+        self.fill_s = fill_ms / 1e3
         return True
+
+    def _trusted_lead_in(self, kind: str, calls: int) -> None:
+        """A reference window starts as the candidate's does: after its lead-in, paused for as long as the candidate
+        last waited for its inputs, continued on the window's clock (the empty window's too: what that costs is
+        then the fixed cost taken off every kind's)."""
+        self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"), "led_in")
+        if self.trusted.pause():
+            time.sleep(self.fill_s)
 
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> Fingerprints:
         """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what

@@ -176,6 +176,7 @@ def _minimal(paths: list[Path]) -> list[Path]:
 class Jail:
     settings: Settings
     untrusted: bool  # runs submitted code: sandbox uid, hidden data dir
+    pausable: bool = False  # gets a freezer of its own too (the trusted side, paused as the candidate is)
     writable: list[Path] = field(default_factory=list)  # made the child's own
     readable: list[Path] = field(default_factory=list)  # made readable by the child's group
     visible: list[Path] = field(default_factory=list)  # left as they are, but not hidden (the problem's file)
@@ -220,7 +221,7 @@ class Jail:
                                            "(chmod o+r), or run without a sandbox user")
             if p.cgroup is not None:
                 self.cgroups = cgroups.create(self.settings, p.cgroup)
-            if self.untrusted and p.freezer is not None:
+            if (self.untrusted or self.pausable) and p.freezer is not None:
                 self.freezer, self.cpu_clock, made = cgroups.create_freezer(p.freezer, self.cgroups)
                 self.cgroups += made
         except SandboxError:
@@ -297,6 +298,6 @@ class Jail:
 
 
 def jail(settings: Settings, *, untrusted: bool, writable: list[Path] | None = None,
-         readable: list[Path] | None = None, visible: list[Path] | None = None) -> Jail:
-    return Jail(settings, untrusted, writable=list(writable or []), readable=list(readable or []),
+         readable: list[Path] | None = None, visible: list[Path] | None = None, pausable: bool = False) -> Jail:
+    return Jail(settings, untrusted, pausable, writable=list(writable or []), readable=list(readable or []),
                 visible=list(visible or []))

@@ -54,6 +54,10 @@ class FakeTrusted:
         if command["cmd"] == "fingerprint":
             return 0.5, {"sums": _sums(self.eager_seeds), "scales": [[1.0]] * len(self.eager_seeds),
                          "seconds": {"fingerprint": 0.0003}}
+        if command["cmd"] == "fill_window":
+            self.events.append("trusted fill_window")
+            self.segment = list(self.staged)
+            return 0.3, {}
         assert command["cmd"] == "window"
         if command["kind"] == "compile" and self.compile_fails:
             raise TrustedFailed("Traceback ...\nInductorError: no compiler")
@@ -66,6 +70,10 @@ class FakeTrusted:
 
     def processes(self) -> list[int]:
         return [TRUSTED_PID]
+
+    def pause(self) -> bool:
+        self.events.append("trusted paused")
+        return True
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.commands.append(command["cmd"])
@@ -80,9 +88,6 @@ class FakeTrusted:
                       for j in range(len(self.staged))]
             return {"layout": layout, "segments": [{"name": "window", "nbytes": 512 * len(self.staged)}] if grown
                     else [], "stageable": True}
-        if command["cmd"] == "fill_window":
-            self.segment = list(self.staged)
-            return {}
         if command["cmd"] == "lead_in":
             assert 1 <= command["calls"] <= len(self.staged)
             return {}
@@ -401,10 +406,12 @@ def test_staged_windows_inputs_reach_the_candidate_only_once_its_windows_clock_r
     sent = [c for c in candidate.lead_ins if c.layout is not None]
     assert sent and len(sent) < len(candidate.lead_ins) and candidate.lead_ins[0].segments
     assert all(1 <= c.calls <= 10 for c in candidate.lead_ins)
-    # Every reference window ran on inputs staged for it, after a lead-in of its own.
+    # Every reference window ran on inputs staged for it, after a lead-in of its own, paused as the candidate is
+    # (for as long as the candidate's inputs took to write), continued on the window's clock.
     for i, e in enumerate(ev):
         if e == "trusted lead_in":
-            assert ev[i - 1] == "trusted stage_window"
+            assert ev[i - 1] == "trusted stage_window" and ev[i + 1] == "trusted paused"
+    assert rounds.fill_s == pytest.approx(0.3e-3)
 
 
 def test_inputs_that_cannot_be_staged_are_made_in_every_window_and_said(tmp_path):
