@@ -347,6 +347,9 @@ class Observations(BaseModel):
     # None where they took them, or where there was no segment to take them from (a CUDA evaluation exchanging through
     # host memory).
     windows_unstaged: str | None = None
+    # How the trusted process was paused before its staged windows (as the candidate is: `pause_method`); None where
+    # windows were not staged or it could not be paused.
+    trusted_pause_method: str | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another
     # process's (ms; the candidate's processes stopped since its reply), and how many windows found it busy still

@@ -59,17 +59,19 @@ class Trusted:
         self.send(command, timeout_s)
         return self.wait(reply).fields
 
-    def pause(self) -> bool:
+    def pause(self) -> str | None:
         """Pause it as the candidate is paused between its turns (its next command continues it, on that command's
-        clock): a staged window of either side then starts the same way. False where this host cannot."""
+        clock): a staged window of either side then starts the same way. How it is held ("cgroup_freeze",
+        "ptrace", ...), or None where this host cannot."""
         if not self.pausable:
-            return False
+            return None
         try:
             self.proc.pause()
         except PauseFailed:
             self.proc.resume()
             self.pausable = False
-        return self.pausable
+            return None
+        return self.proc.pause_method
 
     def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
                    ) -> tuple[float, dict[str, Any]]:

@@ -254,7 +254,9 @@ class TimedRounds:
         last waited for its inputs, continued on the window's clock (the empty window's too: what that costs is
         then the fixed cost taken off every kind's)."""
         self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"), "led_in")
-        if self.trusted.pause():
+        method = self.trusted.pause()
+        if method is not None:
+            self.obs.trusted_pause_method = method
             time.sleep(self.fill_s)
 
     def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> Fingerprints:

@@ -119,9 +119,10 @@ CORPUS: tuple[Exploit, ...] = (
             message_has="exited with code 0"),
     Exploit("input mutation", A + "input_mutation.py", "flagged", "input_mutation",
             "inputs compared with a copy after each correctness call", A + "input_mutation_honest.py"),
-    Exploit("redefined problem sizes", A + "redefined_problem_sizes.py", "flagged", "timed_outputs",
-            "inputs come from the harness's problem file under its seed; timed outputs judged element by element",
-            HONEST),
+    Exploit("redefined problem sizes", A + "redefined_problem_sizes.py", "flagged", "static:introspection",
+            "inputs come from the harness's problem file under its seed: staged, the trusted side makes the timed "
+            "windows' inputs and its copy of the problem is no use; else timed outputs judged element by element "
+            "(timed_outputs)", HONEST),
     Exploit("global TF32 switch", S + "l30_tf32_flags.py", "flagged", "global_torch_flags",
             "torch numerics flags snapshotted after import, construction and the trials", HONEST),
     Exploit("precision downgrade to bf16", A + "precision_downgrade_bf16.py", "wrong_answer", None,

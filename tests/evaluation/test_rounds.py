@@ -71,9 +71,9 @@ class FakeTrusted:
     def processes(self) -> list[int]:
         return [TRUSTED_PID]
 
-    def pause(self) -> bool:
+    def pause(self) -> str | None:
         self.events.append("trusted paused")
-        return True
+        return "cgroup_freeze"
 
     def call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None) -> dict[str, Any]:
         self.commands.append(command["cmd"])
