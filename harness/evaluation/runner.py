@@ -331,7 +331,9 @@ class _Evaluation:
             log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
             proc = ChildProcess("harness.evaluation.trusted", [], cwd=home, env=scrubbed_env(extra, home),
                                 log_path=log_path, kill_grace_s=self.settings.kill_grace_s,
-                                jail=limits.jail(self.settings, untrusted=False, pausable=True), fd_socket=True)
+                                # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
+                                jail=limits.jail(self.settings, untrusted=False,
+                                                 pausable=self.settings.window_inputs_staged), fd_socket=True)
             self.trusted = Trusted(proc, self.settings.reference_timeout_s)
             if pool is not None:
                 pool.started += 1
