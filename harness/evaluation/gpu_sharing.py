@@ -132,14 +132,17 @@ class Sharing:
         return bool(self.others) or self.unknown is not None
 
 
-def sharing(devices: list[list[int]], trusted: Iterable[int], candidate: Iterable[int]) -> Sharing:
-    """Who else computes on the GPU that holds a trusted process, from each device's compute processes."""
+def sharing(devices: list[list[int]], trusted: Iterable[int], candidate: Iterable[int], idle: Iterable[int] = ()
+            ) -> Sharing:
+    """Who else computes on the GPU that holds a trusted process, from each device's compute processes. `idle` are the
+    harness's own processes that run nothing now (a slot's warm trusted processes of other problems, its spare
+    candidates before their import): listed by NVML for the context they hold, never others' work."""
     ours = set(trusted)
     found = [pids for pids in devices if ours.intersection(pids)]
     if not found:
         return Sharing(unknown=_not_listed(ours))
-    theirs = ours | set(candidate)
-    return Sharing(others=tuple(sorted({pid for pid in found[0] if pid not in theirs})))
+    known = ours | set(candidate) | set(idle)
+    return Sharing(others=tuple(sorted({pid for pid in found[0] if pid not in known})))
 
 
 def _not_listed(trusted: set[int]) -> str:
@@ -147,10 +150,11 @@ def _not_listed(trusted: set[int]) -> str:
             "PIDs are not the harness's (another PID namespace?)")
 
 
-def ask(processes: ComputeProcesses, trusted: Iterable[int], candidate: Iterable[int]) -> Sharing:
+def ask(processes: ComputeProcesses, trusted: Iterable[int], candidate: Iterable[int], idle: Iterable[int] = ()
+        ) -> Sharing:
     """`sharing` from what `processes` lists now; unknown where it cannot list them."""
     try:
         devices = processes()
     except NvmlUnavailable as e:
         return Sharing(unknown=str(e))
-    return sharing(devices, trusted, candidate)
+    return sharing(devices, trusted, candidate, idle)

@@ -85,10 +85,12 @@ class TimedRounds:
                  deadline: Callable[[int, int], float], seeds: random.Random,
                  phase: Callable[[str], None], draw: random.Random | None = None,
                  gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes,
-                 relay: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda fields: []):
+                 relay: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda fields: [],
+                 idle_processes: Callable[[], list[int]] = lambda: []):
         self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
         self.deadline, self.seeds, self.phase = deadline, seeds, phase
         self.relay = relay  # passes the segments a trusted reply names on to the candidate (their specs)
+        self.idle_processes = idle_processes  # the harness's own processes that run nothing now (gpu_sharing.sharing)
         self.staged = plan.staged
         self.sent_layout: list[dict[str, Any]] | None = None  # the window segment's layout as the candidate has it
         self.segments: list[dict[str, Any]] = []  # window segments relayed, not yet named to the candidate
@@ -304,7 +306,8 @@ class TimedRounds:
     def _shared_gpu(self) -> bool:
         """Whether processes other than the trusted side's and the candidate's compute on the evaluation's GPU now,
         or whether that cannot be told; what was seen goes into `obs`."""
-        seen = gpu_sharing.ask(self.gpu_processes, self.trusted.processes(), self.candidate.processes())
+        seen = gpu_sharing.ask(self.gpu_processes, self.trusted.processes(), self.candidate.processes(),
+                               self.idle_processes())
         self.obs.gpu_sharers = sorted({*self.obs.gpu_sharers, *seen.others})[:32]
         self.obs.gpu_unattributed = self.obs.gpu_unattributed or seen.unknown
         return seen.shared

@@ -390,6 +390,12 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None
         return gpu_sharing.memory_at_failure(self.gpu_memory, self.trusted.processes(), self.candidate.processes())
 
+    def _idle_processes(self) -> list[int]:
+        """The slot's own processes that run nothing now (its pool's), which a GPU's list of processes names beside
+        this evaluation's: not other work (gpu_sharing.sharing)."""
+        pool = self.options.trusted_pool
+        return pool.idle_processes() if pool is not None else []
+
     def _windows_staged(self, device: str) -> bool:
         """Whether the timed windows take their inputs from the window segment (Settings.window_inputs_staged), which
         they can only where it lives on the evaluation's device: a CUDA evaluation exchanging through host memory
@@ -547,7 +553,8 @@ class _Evaluation:
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,
-                                  phase=self.phases.end, relay=self._relay)
+                                  phase=self.phases.end, relay=self._relay,
+                                  idle_processes=self._idle_processes)
         return self.rounds
 
     def speed_of_light(self, prepared: dict[str, Any]) -> None:

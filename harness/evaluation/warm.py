@@ -146,6 +146,14 @@ class TrustedPool:
         while len(self.kept) > max(1, self.settings.warm_trusted_per_slot):
             self.kept.popitem(last=False)[1].close()
 
+    def idle_processes(self) -> list[int]:
+        """The pool's processes that run nothing now: its warm trusted processes between evaluations, and its spare
+        candidates, whose submissions are not imported yet (host PIDs)."""
+        with self._spares_lock:
+            spares = list(self.spares)
+        pids = [p for warm in list(self.kept.values()) for p in warm.trusted.processes()]
+        return pids + [p for spare in spares for p in spare.candidate.processes()]
+
     def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
         """The spare candidate started for `key`, now the caller's; None where there is none, or it has ended. The
         others wait on (the next evaluation's)."""

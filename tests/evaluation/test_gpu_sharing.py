@@ -22,6 +22,12 @@ def test_another_process_on_the_evaluations_gpu_shares_it_whether_or_not_the_can
     assert sharing([[100, 300]], TRUSTED, []).shared
 
 
+def test_the_harness_s_own_idle_processes_are_nobody_elses_work():
+    assert sharing([[100, 200, 300, 301]], TRUSTED, CANDIDATE, idle=[300, 301]) == Sharing()
+    assert sharing([[100, 300, 302]], TRUSTED, CANDIDATE, idle=[300]).others == (302,)
+    assert sharing([[300]], TRUSTED, CANDIDATE, idle=[300]).unknown  # the evaluation's GPU is the trusted side's
+
+
 def test_a_gpu_with_none_of_the_trusted_sides_processes_cannot_be_told_apart():
     """NVML's PIDs are the host's: a parent in another PID namespace finds none of its own children there."""
     got = sharing([[7, 8]], TRUSTED, CANDIDATE)

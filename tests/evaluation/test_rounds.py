@@ -299,9 +299,11 @@ STUCK = {"waited_ms": 10000.0, "busy": True}
 
 
 def _cuda_rounds(tmp_path: Path, idle: list[dict[str, Any]], gpu_processes: Callable[[], list[list[int]]],
-                 cpu_used: list[int] | None = None) -> TimedRounds:
-    return _rounds(tmp_path, FakeTrusted(idle=idle), FakeCandidate(tmp_path / "o", cpu_used=cpu_used), device="cuda",
-                   idle_wait_s=10.0, gpu_processes=gpu_processes)[0]
+                 cpu_used: list[int] | None = None, idle_processes: list[int] | None = None) -> TimedRounds:
+    rounds = _rounds(tmp_path, FakeTrusted(idle=idle), FakeCandidate(tmp_path / "o", cpu_used=cpu_used),
+                     device="cuda", idle_wait_s=10.0, gpu_processes=gpu_processes)[0]
+    rounds.idle_processes = lambda: list(idle_processes or [])
+    return rounds
 
 
 def _flags(rounds: TimedRounds) -> list[str]:
@@ -339,6 +341,25 @@ def test_gpu_work_with_another_process_on_the_gpu_is_a_shared_gpu_never_leftover
     assert rounds.obs.gpu_idle_waits_ms == [0.06, 0.06] and rounds.obs.gpu_busy_windows == 0
     assert rounds.obs.gpu_sharers == [OTHER_PID] and rounds.obs.ran_while_paused == []
     assert _flags(rounds) == ["shared_gpu"]
+
+
+def test_the_slots_own_idle_processes_on_the_gpu_leave_the_candidates_work_its_own(tmp_path):
+    """A worker's slot keeps warm trusted processes of other problems and spare candidates not yet given their
+    submission: NVML lists them on the GPU (their contexts) though they run nothing. The candidate's work left
+    running is still its leftover work (in the GPU suite, where such a pool is always there, it had been taken for a
+    shared GPU); a process that is not the slot's still makes the GPU shared."""
+    idle_pool = [OTHER_PID, OTHER_PID + 1]
+    rounds = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, *idle_pool, *CANDIDATE_PIDS]],
+                          idle_processes=idle_pool)
+    rounds.wait_idle()
+    rounds.reference_window("eager", [1], [2])
+    assert rounds.obs.gpu_idle_waits_ms[:2] == [38.5, 10000.0] and not rounds.obs.gpu_shared_waits_ms
+    assert _flags(rounds)[:1] == ["leftover_gpu_work"]
+    foreign = _cuda_rounds(tmp_path, [LONG, STUCK], lambda: [[TRUSTED_PID, *idle_pool, 4000, *CANDIDATE_PIDS]],
+                           idle_processes=idle_pool)
+    foreign.wait_idle()
+    foreign.reference_window("eager", [1], [2])
+    assert foreign.obs.gpu_sharers == [4000] and _flags(foreign) == ["shared_gpu"]
 
 
 def test_a_window_other_processes_disturb_every_time_is_kept_and_marked_not_stopped(tmp_path):

@@ -80,6 +80,23 @@ def test_each_problem_keeps_a_warm_process_of_its_own_up_to_the_bound(registry, 
         assert pool.started == (2 if warm_again else 3) and pool.reused == (1 if warm_again else 0)
 
 
+def test_the_pools_idle_processes_are_its_kept_trusted_ones_and_none_serving(registry, settings):
+    """Between evaluations the pool's warm trusted processes run nothing: it names them (a GPU's list of processes
+    shows them beside an evaluation's own, gpu_sharing.sharing); the one an evaluation takes is no longer idle."""
+    pool = TrustedPool(settings.model_copy(update={"warm_trusted_per_slot": 2}))
+    try:
+        assert pool.idle_processes() == []
+        _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
+        _run(registry, settings, "level2/75", "l75_pytorch_correct.py", pool)
+        kept = {key: warm.trusted.proc.proc.pid for key, warm in pool.kept.items()}
+        assert len(kept) == 2 and set(kept.values()) <= set(pool.idle_processes())
+        taken = pool.take(next(iter(kept)))
+        assert taken is not None and taken.trusted.proc.proc.pid not in pool.idle_processes()
+        pool.keep(taken)
+    finally:
+        pool.close()
+
+
 def test_a_trusted_side_that_failed_is_never_kept(registry, settings, pool, monkeypatch):
     from harness.evaluation import runner
     from harness.evaluation.handles import TrustedFailed
