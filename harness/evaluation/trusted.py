@@ -226,10 +226,9 @@ class Trusted:
         # Work a command leaves for after its reply (main() runs it before reading the next command).
         self.after_reply: Any = None
         self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
-        # A round's window inputs (`stage_window`): this process's own, which its lead-ins and windows use and
-        # `fill_window` copies into the window segment for the candidate's; where each call's lies there.
+        # A window's inputs (`stage_window`): this process's own, which its lead-ins and windows use and `fill_window`
+        # copies into the window segment for the candidate's.
         self.window_inputs: list[list[Any]] = []
-        self.window_layouts: list[dict[str, Any]] = []
         self.exchange_where = "cpu"  # where this evaluation's segments live (the prepare says)
         # Hand-overs read with `defer` (a copy of each, or why there is none; seed; forward seed), until judged.
         self.handed_over: list[tuple[Any, int, int]] = []
@@ -276,7 +275,7 @@ class Trusted:
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
         self.window_outputs, self.handed_over, self.plan, self.stochastic = [], [], None, False
-        self.window_inputs, self.window_layouts = [], []
+        self.window_inputs = []
         self.taken, self.first_output, self.determinism = {}, None, None
         for seg in self.segments.values():
             seg.close()
@@ -735,10 +734,10 @@ class Trusted:
 
     def stage_window(self, cmd: StageWindowCommand) -> dict[str, Any]:
         """A window's inputs, made from its seeds before it (off every clock: anew for each kind's window, as a
-        reference that writes into its inputs leaves them changed) and kept; where
+        reference that writes into its inputs leaves them changed) and kept. The reply's layout says where
         `fill_window` will write them for the candidate, each call's from where the last one's ends, in a window
         segment as large as they need (a new one, named in the reply, where the last was smaller). `stageable` is
-        False where an input is no plain dense tensor or JSON value (the windows then make their inputs)."""
+        False where an input is no plain dense tensor or JSON scalar (the windows then make their inputs)."""
         self.window_inputs = []  # the last ones let go first
         with torch.no_grad():
             made = [problem_module.seeded_inputs(self.module, seed, self.device) for seed in cmd.seeds]
@@ -758,7 +757,6 @@ class Trusted:
         for x in made:
             layouts.append(exchange.pack(list(x), seg, base, write=False))
             base += exchange.packed_bytes(x)
-        self.window_layouts = layouts
         return {"layout": layouts, "segments": specs, "stageable": True}
 
     def fill_window(self) -> dict[str, Any]:
