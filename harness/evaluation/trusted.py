@@ -306,6 +306,8 @@ class Trusted:
         self.release()
         clock = _Clock(problem_module.resolve_device(cmd.device))
         self._build(cmd)
+        # Where this evaluation's segments live: on CUDA as the runner says (exchange_probe), else the host's memory.
+        self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
         clock.lap("build")
         assert self.model is not None
         init_args, model = self.init_args, self.model
@@ -392,7 +394,7 @@ class Trusted:
         # One trial's room: its inputs (staged anew for each trial), its output, and one window's hand-overs.
         # On the host for a CUDA evaluation too where the runner says so: its inputs and outputs then cross to and
         # from the device in each process (exchange.pack, unpack, take), and no device memory is shared.
-        where = self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        where = self.exchange_where
         specs = self._share({
             "inputs": exchange.create(input_room, where, writable=False),
             "output": exchange.create(output_room, where),
@@ -435,7 +437,7 @@ class Trusted:
             free += torch.cuda.memory_reserved(self.device)
             work = max(work, torch.cuda.max_memory_allocated(self.device) - base)
         io_bytes = memory_plan.tensor_bytes(described[0]) + memory_plan.tensor_bytes(described[1])
-        where = self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        where = self.exchange_where
         granule = 1
         if where == "cuda":
             from harness.evaluation import cuda_vmm
@@ -865,11 +867,15 @@ class Trusted:
         return self._peaks
 
 
+# The timed rounds' commands: nothing extra runs after them, beside the next window (the candidate's may come next).
+_ROUNDS_COMMANDS = frozenset({"window", "fingerprint", "stage_window", "fill_window", "lead_in"})
+
+
 def _log_memory(command: str) -> None:
-    """One line in this process's log after each command on CUDA: what its allocator holds for tensors, what it has
-    reserved from the device, and the peak since the last reset (what the memory plan predicts is checked
-    against these)."""
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+    """One line in this process's log after each command on CUDA outside the timed rounds: what its allocator holds
+    for tensors, what it has reserved from the device, and the peak since the last reset (what the memory plan
+    predicts is checked against these)."""
+    if command in _ROUNDS_COMMANDS or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return
     gib = 1 << 30
     print(f"[trusted] after {command}: allocated {torch.cuda.memory_allocated() / gib:.2f} GiB, reserved "

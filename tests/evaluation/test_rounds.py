@@ -42,6 +42,7 @@ class FakeTrusted:
         self.segment: list[int] = []  # what the window segment holds: the seeds of the inputs filled last
         self.events: list[str] = []  # both sides' commands in order, where a test hands both the same list
         self.segment_bytes = 0
+        self.lead_in_calls: list[int] = []  # each lead-in's calls, in order
         self.eager_seeds: list[int] = []
         self.deferred = 0
         self.pending: str | None = None
@@ -89,7 +90,7 @@ class FakeTrusted:
             return {"layout": layout, "segments": [{"name": "window", "nbytes": 512 * len(self.staged)}] if grown
                     else [], "stageable": True}
         if command["cmd"] == "lead_in":
-            assert 1 <= command["calls"] <= len(self.staged)
+            self.lead_in_calls.append(command["calls"])
             return {}
         if command["cmd"] == "wait_idle":
             return self.idle.pop(0) if self.idle else {"waited_ms": 0.06, "busy": False}
@@ -426,7 +427,9 @@ def test_staged_windows_inputs_reach_the_candidate_only_once_its_windows_clock_r
     # Layouts: sent with the first lead-in and where the calls changed; the segment when it grew.
     sent = [c for c in candidate.lead_ins if c.layout is not None]
     assert sent and len(sent) < len(candidate.lead_ins) and candidate.lead_ins[0].segments
-    assert all(1 <= c.calls <= 10 for c in candidate.lead_ins)
+    # A lead-in of 20 ms at the windows' pace (100 ms over 10 calls): 2 calls, before every window of every kind in the
+    # 2 warm-up and 5 timed rounds.
+    assert [c.calls for c in candidate.lead_ins] == [2] * 7 and trusted.lead_in_calls == [2] * 14
     # Every reference window ran on inputs staged for it, after a lead-in of its own, paused as the candidate is
     # (for as long as the candidate's inputs took to write), continued on the window's clock.
     for i, e in enumerate(ev):
