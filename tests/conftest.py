@@ -97,15 +97,17 @@ def settings(tmp_path_factory) -> Settings:
 
 
 class GpuSlot:
-    """The gpu tests' slot, as a worker's (harness/service/worker.py): its probed target, a warm trusted process of
-    each problem's own (`harness/evaluation/warm.py`), and the next test's candidate process started ahead. The tests
+    """The gpu tests' slot, as a worker's (harness/service/worker.py): its probed target, one pool of warm trusted
+    processes (one per problem, `harness/evaluation/warm.py`), and the next test's candidate process started ahead, in
+    that pool as a worker's is: the pool's idle processes are the slot's own, not other processes' GPU work
+    (`gpu_sharing`), so a pool per problem would make every other problem's warm process a stranger. The tests
     that run one at a time (the GPU suite's stage "alone") then pay each reference's start, probe and build once per
     problem and each candidate's start beside the test before it, not in turn; and they test the path a worker
     takes."""
 
     def __init__(self, settings: Settings, device: str = "cuda"):
         self.settings, self.device = settings, device
-        self.pools: dict[str, Any] = {}
+        self._pool: Any = None
         self._target = None
 
     def target(self):
@@ -118,8 +120,9 @@ class GpuSlot:
     def options(self, spec, **options) -> EvalOptions:
         from harness.evaluation.warm import TrustedPool
 
-        pool = self.pools.setdefault(spec.id, TrustedPool(self.settings))
-        return EvalOptions(device=self.device, target=self.target(), trusted_pool=pool, **options)
+        if self._pool is None:
+            self._pool = TrustedPool(self.settings)
+        return EvalOptions(device=self.device, target=self.target(), trusted_pool=self._pool, **options)
 
     def evaluate(self, spec, text: str, **options) -> EvalResult:
         return evaluate(spec, text, self.options(spec, **options), self.settings)
@@ -136,8 +139,8 @@ class GpuSlot:
         return runner.prestart(spec, text, self.options(spec, **options), self.settings)
 
     def close(self) -> None:
-        for pool in self.pools.values():
-            pool.close()
+        if self._pool is not None:
+            self._pool.close()
 
 
 def evaluates(plan: Callable[..., tuple[Any, str, dict[str, Any]]]):

@@ -22,7 +22,7 @@ from harness import kernels
 from harness.evaluation.protocol import REPLIES, REPLY_MODELS, CandidateCommand, Import, LaunchedMessage, Window
 from harness.sandbox import stacks
 from harness.sandbox.capabilities import SandboxError
-from harness.sandbox.pause import CpuMark, PauseFailed
+from harness.sandbox.pause import PausedMark, PauseFailed
 from harness.sandbox.process import ChildExited, ChildProcess, Deadline, Message, describe_returncode
 from harness.schema import (
     ChildError,
@@ -248,12 +248,16 @@ class Candidate:
         them)."""
         return self.proc.processes()
 
-    def cpu_mark(self) -> CpuMark | None:
-        """Its CPU clock, while it is paused (None otherwise): `cpu_used_us` says what it used since."""
+    def cpu_mark(self) -> PausedMark | None:
+        """Its CPU clock, while it is paused (None otherwise): `cpu_used_us` says what it used since, `cpu_users`
+        which of its threads."""
         return self.proc.cpu_mark()
 
-    def cpu_used_us(self, mark: CpuMark | None) -> int:
+    def cpu_used_us(self, mark: PausedMark | None) -> int:
         return self.proc.cpu_used_us(mark)
+
+    def cpu_users(self, mark: PausedMark, used_us: int) -> str:
+        return self.proc.cpu_users(mark, used_us)
 
     def stop(self) -> None:
         """The harness ends the conversation (done, or the candidate failed a gate): the process should exit."""

@@ -39,7 +39,7 @@ from harness.evaluation.protocol import (
     StageWindowCommand,
     Window,
 )
-from harness.sandbox.pause import CpuMark
+from harness.sandbox.pause import PausedMark
 from harness.schema import Observations, TimedOutputCheck, Tolerance, TrialFigures
 from harness.verdicts import Phase
 
@@ -347,16 +347,16 @@ class TimedRounds:
         self.obs.ran_while_paused.append(f"{window} was disturbed {DISTURBED_TRIES} times: timing stopped")
         raise CandidateStopped
 
-    def _disturbance(self, window: str, mark: CpuMark | None) -> tuple[str | None, bool]:
+    def _disturbance(self, window: str, mark: PausedMark | None) -> tuple[str | None, bool]:
         """What the paused candidate did during a reference window just timed, if anything: CPU time its cgroup (or
         its threads) counted, or, on CUDA, GPU work of another process's that the trusted side waits out after it (as
         `wait_idle` did before it). Beside it, whether GPU work that may be other processes' ran after it (no line:
         not the candidate's doing)."""
         used = self.candidate.cpu_used_us(mark)
-        if used:
+        if used and mark is not None:
             self.obs.paused_cpu_windows += 1
             return (f"{window}: the candidate's processes used {used} µs of CPU while paused "
-                    f"({self.obs.pause_method})"), False
+                    f"({self.obs.pause_method}): {self.candidate.cpu_users(mark, used)}"), False
         # GPU work queued by the candidate before its pause runs on regardless: counted as the waits before a window
         # are (grading._leftover_gpu_work names it), and the window is timed again.
         idle = self.wait_idle()

@@ -24,6 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,15 @@ class PauseFailed(Exception):
 
 
 CpuMark = int | dict[int, int]  # a cgroup's usage in µs, or each thread's CPU time in ns
+
+
+@dataclass(frozen=True)
+class PausedMark:
+    """A paused child's CPU clock at a moment (`clock`, the pause's own), and each of its threads' CPU time then (ns
+    by tid): where the clock moved, `users` names what ran."""
+
+    clock: CpuMark
+    threads: dict[int, int]
 
 
 class CgroupCpu:
@@ -115,6 +125,30 @@ def thread_cpu_ns(pid: int, tid: int) -> int | None:
         return (int(fields[11]) + int(fields[12])) * _TICK_NS
     except (OSError, ValueError, IndexError):
         return None
+
+
+def users(before: dict[int, int], pids: list[int], used_us: int) -> str:
+    """Which threads of `pids` used CPU since `before` (each thread's ns): "'name' (tid T) N µs", busiest first, and
+    the part of `used_us` (the pause's clock) that no thread alive now accounts for (threads or processes that ended
+    since, or CPU time their clock books later than /proc's)."""
+    now = ProcCpu(lambda: pids).mark()
+    assert isinstance(now, dict)
+    ran = sorted(((ns - before.get(tid, 0)) // 1000, tid) for tid, ns in now.items() if ns > before.get(tid, 0))
+    ran.reverse()
+    parts = [f"{_comm(tid)!r} (tid {tid}{', new' if tid not in before else ''}) {us} µs" for us, tid in ran[:4]]
+    if len(ran) > 4:
+        parts.append(f"{len(ran) - 4} more threads {sum(us for us, _ in ran[4:])} µs")
+    rest = used_us - sum(us for us, _ in ran)
+    if rest > 0:
+        parts.append(f"{rest} µs by no thread alive now")
+    return ", ".join(parts) or "no thread alive now"
+
+
+def _comm(tid: int) -> str:
+    try:
+        return Path(f"/proc/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def settle(clock: CgroupCpu | ProcCpu, deadline: float) -> None:

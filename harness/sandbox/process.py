@@ -169,23 +169,31 @@ class ChildProcess:
         """How `pause` holds this child ("cgroup_freeze", "cgroup_v1_freezer", "ptrace"); None before its first."""
         return self._pause.method if self._pause is not None else None
 
-    def cpu_mark(self) -> pause.CpuMark | None:
-        """The paused child's CPU clock now (None unless paused): `cpu_used_us` tells what it used since."""
+    def cpu_mark(self) -> pause.PausedMark | None:
+        """The paused child's CPU clock now, and its threads' (None unless paused): `cpu_used_us` tells what it used
+        since, `cpu_users` which threads."""
         if not self.paused or self._pause is None:
             return None
         try:
-            return self._pause.clock.mark()
+            clock = self._pause.clock.mark()
         except (OSError, ValueError, StopIteration):
             return None  # its cgroup went with it: it ended
+        threads = pause.ProcCpu(self.processes).mark()
+        assert isinstance(threads, dict)
+        return pause.PausedMark(clock, threads)
 
-    def cpu_used_us(self, mark: pause.CpuMark | None) -> int:
+    def cpu_used_us(self, mark: pause.PausedMark | None) -> int:
         """The CPU time (µs) the child's processes used since `mark`: none, while its pause holds."""
         if mark is None or self._pause is None:
             return 0
         try:
-            return self._pause.clock.used_since(mark)
+            return self._pause.clock.used_since(mark.clock)
         except (OSError, ValueError, StopIteration):
             return 0
+
+    def cpu_users(self, mark: pause.PausedMark, used_us: int) -> str:
+        """Which of its threads used the `used_us` its clock counted since `mark` (pause.users)."""
+        return pause.users(mark.threads, self.processes(), used_us)
 
     def resume(self) -> None:
         """Undo `pause` (a no-op when not paused). Every command to the child resumes it first."""

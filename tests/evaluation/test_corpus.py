@@ -52,7 +52,7 @@ def _evaluate_on_cpu(settings, problem: str, path: str, problems_dir: str | None
 def _show(tag: str, r: EvalResult) -> None:
     """The verdict line, printed, and appended to $HARNESS_CORPUS_LOG where set (parallel runs print nothing)."""
     lines = [f"{tag}: {r.verdict.value} {[f.check for f in r.flags]} :: {r.message[:200]}"]
-    lines += [f"    {f.check}: {f.detail[:300]}" for f in r.flags]
+    lines += [f"    {f.check}: {f.detail[:600]}" for f in r.flags]
     k = r.observations.kernels
     if k is not None and (k.error or k.names is None):
         lines.append(f"    kernel trace failed: {k.error}")

@@ -158,6 +158,9 @@ class FakeCandidate:
     def cpu_used_us(self, mark: int | None) -> int:
         return self.cpu_used.pop(0) if self.cpu_used else 0
 
+    def cpu_users(self, mark: int, used_us: int) -> str:
+        return f"'python3' (tid 7) {used_us} µs"
+
     def begin_trace(self, window: int) -> None:
         self.traced.append(window)
 

@@ -236,6 +236,50 @@ def test_a_candidate_that_runs_while_paused_has_its_reference_windows_timed_agai
     lines = r.observations.ran_while_paused
     assert lines and all("µs of CPU while paused (sigstop)" in line or "timing stopped" in line for line in lines)
     assert " window of " in lines[0] and "round" in lines[0]
+    assert "(tid " in lines[0], lines[0]  # which of its threads ran
+
+
+def test_the_threads_that_ran_are_named_with_their_cpu_time_and_the_rest_is_said():
+    """What a disturbed window's line says of it: each thread whose CPU time grew since the mark, by name, busiest first,
+    and the part of the pause's clock no live thread accounts for (a thread or process that ended since)."""
+    import threading
+
+    me = os.getpid()
+    before = pause.ProcCpu(lambda: [me]).mark()
+    assert isinstance(before, dict)
+
+    def burn() -> None:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+
+    t = threading.Thread(target=burn)
+    t.start()
+    t.join()  # ended: its time is the pause clock's, and no live thread's
+    line = pause.users(before, [me], 80_000)
+    assert "µs by no thread alive now" in line, line
+    busy = threading.Event()
+    done = threading.Event()
+
+    def burn_until_done() -> None:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        busy.set()
+        done.wait()
+
+    t = threading.Thread(target=burn_until_done)
+    t.start()
+    busy.wait()
+    try:
+        line = pause.users(before, [me], 0)
+        first = line.split(" µs")[0]  # the busiest first: a thread that started since the mark
+        assert f"(tid {t.native_id}, new)" in first, line
+        us = int(first.rsplit(" ", 1)[1])
+        assert us >= 40_000, line
+    finally:
+        done.set()
+        t.join()
 
 
 def test_the_same_candidate_under_the_pause_runs_nothing_beside_the_reference(settings):
@@ -288,6 +332,9 @@ class _FakeCandidate:
     def cpu_used_us(self, mark):
         return self.used.pop(0)
 
+    def cpu_users(self, mark, used_us):
+        return f"'python3' (tid 7) {used_us} µs"
+
 
 def _evaluation(used: list[int]):
     """The timed rounds of a CPU evaluation, in this process, over a fake trusted side and a fake paused candidate."""
@@ -306,13 +353,13 @@ def _evaluation(used: list[int]):
 
 def test_a_reference_window_the_candidate_disturbed_is_timed_again_and_only_the_clean_one_counts():
     """The window during which the paused candidate used CPU is not the one whose time is kept: it is timed again on
-    the same seeds, and the line says which window and how many µs."""
+    the same seeds, and the line says which window, how many µs and which threads used them."""
     ev = _evaluation([0])
     assert ev.reference_window("eager", [1], [2], r=0) == (51.0, {"window": 1}) and not ev.obs.ran_while_paused
     ev = _evaluation([7, 0])
     assert ev.reference_window("eager", [1], [2], r=3) == (52.0, {"window": 2})
     assert ev.obs.ran_while_paused == ["the eager window of round 3: the candidate's processes used 7 µs of CPU "
-                                       "while paused (cgroup_freeze)"]
+                                       "while paused (cgroup_freeze): 'python3' (tid 7) 7 µs"]
 
 
 def test_a_reference_window_disturbed_every_time_stops_the_timing():
