@@ -240,8 +240,8 @@ def test_a_candidate_that_runs_while_paused_has_its_reference_windows_timed_agai
 
 
 def test_the_threads_that_ran_are_named_with_their_cpu_time_and_the_rest_is_said():
-    """What a disturbed window's line says of it: each thread whose CPU time grew since the mark, by name, busiest first,
-    and the part of the pause's clock no live thread accounts for (a thread or process that ended since)."""
+    """What a disturbed window's line says of it: each thread whose CPU time grew since the mark, by name, busiest
+    first, and the part of the pause's clock no live thread accounts for (a thread or process that ended since)."""
     import threading
 
     me = os.getpid()
