@@ -222,9 +222,7 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
         return _flagged("pause_refused", "the candidate's processes could not be paused between its turns, so nothing "
                         f"would keep them from running beside the reference's windows: {obs.pause_error}",
                         obs.pause_error)
-    # GPU work a candidate queued before its pause runs on beside the reference: where that is all that disturbed
-    # its windows, the flag that names it is leftover_gpu_work (below), not a pause that did not hold.
-    if obs.ran_while_paused and (obs.paused_cpu_windows or _leftover_gpu_work(obs) is None):
+    if _pause_did_not_hold(obs):
         detail = "; ".join(obs.ran_while_paused)
         return _flagged("ran_while_paused", "the candidate ran while it was paused, during "
                         f"{len(obs.ran_while_paused)} reference window(s), each timed again: {obs.ran_while_paused[0]}",
@@ -396,6 +394,30 @@ def _timed_outputs(obs: Observations, tol: Tolerance) -> Grade | None:
                       "credited per call: the outputs were computed when asked for, not in the window")
             return _flagged("handover_time", "the timed window did not compute what it handed over", detail)
     return None
+
+
+def _pause_did_not_hold(obs: Observations) -> bool:
+    """Whether the reference windows the paused candidate disturbed (`ran_while_paused`, each timed again) show that
+    its pause did not hold.
+
+    - Every try of a window disturbed: timing stopped there.
+    - GPU work after a window, where leftover_gpu_work (the work it queued before its pause) does not name it.
+    - CPU time in a window, except under cgroup v2's freezer (`cgroup_freeze`). While its cgroup is frozen a task
+      runs no code of its own: whatever wakes it (a signal, a timer of its own, the kernel) finds the freeze still
+      set, and the kernel parks it again before it returns to user space. The microseconds that costs are counted
+      (a few µs, a few threads, in a few windows of an evaluation among others on a loaded host, none of which sent
+      itself anything); the window was timed again, so none counted, and they prove nothing of the submission's.
+      Held by v1's freezer, a ptrace-stop or SIGSTOP, a task is not woken at all: CPU time there is the pause
+      failing.
+    """
+    if not obs.ran_while_paused:
+        return False
+    if obs.paused_timing_stopped:
+        return True
+    gpu_windows = len(obs.ran_while_paused) - obs.paused_cpu_windows
+    if gpu_windows and _leftover_gpu_work(obs) is None:
+        return True
+    return bool(obs.paused_cpu_windows) and obs.pause_method != "cgroup_freeze"
 
 
 def _leftover_gpu_work(obs: Observations) -> Grade | None:

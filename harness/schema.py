@@ -376,6 +376,8 @@ class Observations(BaseModel):
     # each a line that says which and how much: every one was timed again, and none counted.
     ran_while_paused: list[str] = Field(default_factory=list)
     paused_cpu_windows: int = 0  # of those, the windows in which its processes used CPU (the rest: GPU work)
+    # Every try of one reference window was disturbed (the last line of `ran_while_paused` says which): timing stopped.
+    paused_timing_stopped: bool = False
     candidate_timing: TimingStats | None = None
     timed_outputs: TimedOutputCheck | None = None
     eager_timing: TimingStats | None = None

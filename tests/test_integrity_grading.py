@@ -400,9 +400,30 @@ def test_a_candidate_that_ran_while_paused_is_flagged_with_the_window_and_its_cp
     honest = _passing(candidate_timing=_window_timing(1.0), pause_method="cgroup_freeze")
     assert _checks(honest) == (Verdict.passed, [])
     line = "the eager window of round 2: the candidate's processes used 14166 µs of CPU while paused (sigstop)"
-    ran = honest.model_copy(update={"ran_while_paused": [line]})
+    ran = honest.model_copy(update={"ran_while_paused": [line], "paused_cpu_windows": 1, "pause_method": "sigstop"})
     g = grade(ran, TOL)
     assert [f.check for f in g.flags] == ["ran_while_paused"] and line in g.message and "14166 µs" in g.log_excerpt
+    for method in ("cgroup_v1_freezer", "ptrace"):  # neither wakes a held task at all
+        assert _checks(ran.model_copy(update={"pause_method": method})) == (Verdict.flagged, ["ran_while_paused"])
+
+
+def test_microseconds_a_v2_frozen_candidate_was_counted_are_timed_again_not_blamed_unless_every_try_was():
+    """cgroup v2's freezer: a frozen task that something wakes is parked again by the kernel before any code of its
+    own runs, and the µs that costs are counted. On an H100 host running twelve evaluations at once, three entries
+    that send themselves nothing were counted 5-18 µs (a few threads, 1-2 windows of ~60) and were flagged
+    `ran_while_paused` over their own verdict. Such a window is timed again (the lines stay, as observations) and
+    nothing is flagged; where every try of a window was disturbed and timing stopped, it is."""
+    honest = _passing(candidate_timing=_window_timing(1.0), pause_method="cgroup_freeze")
+    lines = ["the eager window of round 5: the candidate's processes used 5 µs of CPU while paused (cgroup_freeze): "
+             "'python3' (tid 5141) 5 µs",
+             "the eager window of round 9: the candidate's processes used 18 µs of CPU while paused (cgroup_freeze): "
+             "'python3' (tid 5153) 6 µs, 'python3' (tid 5145) 3 µs, 9 µs by no thread alive now"]
+    woken = honest.model_copy(update={"ran_while_paused": lines, "paused_cpu_windows": 2})
+    assert _checks(woken) == (Verdict.passed, [])
+    stopped = woken.model_copy(update={
+        "ran_while_paused": [*lines, "the eager window of round 9 was disturbed 3 times: timing stopped"],
+        "paused_timing_stopped": True})
+    assert _checks(stopped) == (Verdict.flagged, ["ran_while_paused"])
 
 
 def test_waits_for_a_gpu_other_processes_share_mark_the_result_shared_gpu_shown_not_ranked_never_leftover_gpu_work():
@@ -436,7 +457,8 @@ def test_a_shared_gpu_result_is_shown_and_left_off_the_ranking():
 def test_gpu_work_left_running_through_a_reference_window_is_named_leftover_gpu_work_not_a_pause_that_failed():
     """Work the candidate queued on the GPU before its pause runs on beside the reference's window: the window is
     timed again, and the flag names the GPU work (the GPU suite saw `ran_while_paused` where the corpus expects
-    `leftover_gpu_work`). Its own CPU time during a window is the pause's failure, whatever the GPU did."""
+    `leftover_gpu_work`). Its own CPU time during a window, where the pause never lets a held task run (ptrace, v1's
+    freezer), is the pause's failure, whatever the GPU did; v2-frozen, it is the kernel's, and the GPU work is named."""
     honest = _passing(candidate_timing=_window_timing(1.0), pause_method="cgroup_freeze")
     gpu = ("the eager window of round 1: another process's GPU work ran after it (the trusted side waited 180 ms "
            "for an idle GPU)")
@@ -444,7 +466,9 @@ def test_gpu_work_left_running_through_a_reference_window_is_named_leftover_gpu_
     assert [f.check for f in grade(left, TOL).flags] == ["leftover_gpu_work"]
     cpu = "the eager window of round 2: the candidate's processes used 900 µs of CPU while paused (cgroup_freeze)"
     both = left.model_copy(update={"ran_while_paused": [gpu, cpu], "paused_cpu_windows": 1})
-    assert [f.check for f in grade(both, TOL).flags] == ["ran_while_paused"]
+    assert [f.check for f in grade(both, TOL).flags] == ["leftover_gpu_work"]
+    traced = both.model_copy(update={"pause_method": "ptrace"})
+    assert [f.check for f in grade(traced, TOL).flags] == ["ran_while_paused"]
 
 
 def test_a_candidate_that_could_not_be_paused_is_flagged_not_crashed():

@@ -345,6 +345,7 @@ class TimedRounds:
         if not candidates:
             return timed
         self.obs.ran_while_paused.append(f"{window} was disturbed {DISTURBED_TRIES} times: timing stopped")
+        self.obs.paused_timing_stopped = True
         raise CandidateStopped
 
     def _disturbance(self, window: str, mark: PausedMark | None) -> tuple[str | None, bool]:

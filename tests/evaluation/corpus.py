@@ -157,8 +157,8 @@ CORPUS: tuple[Exploit, ...] = (
     Exploit("SIGCONT timer lifting the pause", A + "sigcont_timer.py", "passed|flagged", "ran_while_paused?",
             "between its turns the candidate is frozen by its cgroup (else ptrace-stopped), which no signal of its own "
             "lifts; after every reference window its CPU time must not have moved (and on CUDA the GPU must be idle): "
-            "a window it disturbed is timed again and flagged (v2-frozen, its own SIGCONT wakes it for the kernel to "
-            "freeze it again: microseconds, counted)", HONEST),
+            "a window it disturbed is timed again; flagged where the pause never wakes a held task (v1, ptrace), not "
+            "where v2's freezer woke it for the kernel to park it again (kernel microseconds, counted)", HONEST),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the kernel trace of a timed window: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,
