@@ -120,8 +120,11 @@ def render(r: EvalResult) -> str:
     for t in o.trials:
         for out in t.outputs:
             if out.max_abs_err is not None:
-                lines.append(f"trial {t.trial}:    max abs {out.max_abs_err:.3g}, max rel {out.max_rel_err:.3g}, "
-                             f"vs fp64 {out.err_vs_fp64:.3g} (reference {out.ref_err_vs_fp64:.3g})")
+                fp64 = (f", vs fp64 {out.err_vs_fp64:.3g} (reference {out.ref_err_vs_fp64:.3g})"
+                        if out.err_vs_fp64 is not None and out.ref_err_vs_fp64 is not None
+                        else ", no float64 truth made")
+                lines.append(f"trial {t.trial}:    max abs {out.max_abs_err:.3g}, max rel {out.max_rel_err:.3g}"
+                             + fp64)
     if o.phases:
         lines.append(f"phases:     {sum(o.phases.values()):.1f} s: "
                      + ", ".join(f"{k} {v:.1f}" for k, v in o.phases.items()))

@@ -16,8 +16,8 @@ keeps itself, in this order:
   0. the outputs that compute nothing are judged at the judge (the candidate idle), not ahead beside its trials;
   1. trials kept from the prepare to the judge (their expected outputs and float64 truths), down to none: each is
      then made again at the judge, one trial on the device at a time;
-  2. the float64 truth: computed on the host and compared on the device a small slice at a time, instead of
-     computed and held whole on the device;
+  2. the float64 truth: computed on the host, only for an output outside the reference's tolerance, and compared
+     on the device a small slice at a time, instead of computed and held whole on the device for every trial;
   3. calls per timed window (each call's inputs and kept outputs are held until the window's fingerprint), down
      to one.
 
@@ -271,8 +271,9 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
                       "(the others made again at the judge, one at a time)")
     if not fits(choice):
         choice = replace(choice, truth="host")
-        shrunk.append(f"float64 truth computed on the host and compared on the device {SMALL_COMPARE_SLICE} "
-                      "elements at a time, instead of whole on the device")
+        shrunk.append(f"float64 truth computed on the host where an output is outside the reference's tolerance, "
+                      f"and compared on the device {SMALL_COMPARE_SLICE} elements at a time, instead of whole on the "
+                      "device for every trial")
     if not fits(choice) and choice.calls > 1:
         start = choice.calls
         while choice.calls > 1 and not fits(choice):

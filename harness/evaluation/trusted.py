@@ -368,11 +368,14 @@ class Trusted:
                     output_bytes = _tensor_bytes(_as_list(expected) or [])
                     self.output_count = len(_as_list(expected) or [])
                 output_room = max(output_room, exchange.packed_bytes(expected))
-                problem_module.manual_seed(forward_seeds[i], self.device)
-                truth = compact(self._truth(model64, on_device))
                 # Kept to the judge as the plan allows (within KEEP_BYTES); past that (a KernelBench file at its own
                 # size: 7 trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
+                # A truth made on the host is made only where an element needs it (`_lazy_truth`), at the take.
                 keep = i < plan.trials_kept
+                truth = None
+                if keep and not self._lazy_truth():
+                    problem_module.manual_seed(forward_seeds[i], self.device)
+                    truth = compact(self._truth(model64, on_device))
                 self.expected.append(expected if keep else None)
                 self.ground_truth.append(truth if keep else None)
                 self.recompute.append(not keep)
@@ -473,6 +476,8 @@ class Trusted:
         """The float64 truth of one call, where the plan computes it. On the host a stochastic reference draws from
         another generator than the device's: its truth would not be the reference's, so it has none (the reference
         alone judges, as where no float64 copy can be made)."""
+        if model64 is None:
+            return None
         if self.plan is None or self.plan.truth == "device":
             return compare.float64_forward(model64, on_device)
         if self.stochastic:
@@ -538,16 +543,51 @@ class Trusted:
             self.determinism = self._determinism(first, got, self.taken.get(0, {}))
             clock.lap("determinism")
             return {"seconds": clock.seconds}
-        if exp is None:
-            model64 = self._model64()
+        made = exp is None
+        if made:
+            model64 = None if self._lazy_truth() else self._model64()
             exp, gt = self._trial_outputs(i, model64)
             del model64
         self.taken[i] = self._judge_got(got, exp, gt, cmd)
+        if gt is None and self._lazy_truth() and compare.outside_tolerance(self.taken[i]):
+            gt = self._trial_truth(i)  # an element outside the reference's tolerance: within the truth's?
+            if gt is not None:
+                self.taken[i] = self._judge_got(got, exp, gt, cmd)
         if i == 0:
             self.first_output = got
-        del got, exp, gt
+        del got
+        if made and i != 0 and self.distributions[i] == "get_inputs":
+            # The outputs that compute nothing, while this trial's expected output is here: the judge would make it
+            # again (trial 0's waits for it: its candidate output stays held for the determinism re-run).
+            self._trivial_taken(i, exp, gt, cmd)
+        del exp, gt
         clock.lap("judge")
         return {"seconds": clock.seconds}
+
+    def _lazy_truth(self) -> bool:
+        """Whether the float64 truth is made only where an element needs it: where the plan makes it on the host (a
+        float64 forward there costs seconds to minutes at a problem's own size: level1/19's 6 GiB took 272 s an
+        evaluation with a truth for every trial, three times over). The reference alone judges an output within its
+        tolerance, and the outputs that compute nothing are compared with the reference alone there."""
+        return self.plan is not None and self.plan.truth == "host"
+
+    def _trial_truth(self, i: int) -> Any:
+        """Trial i's float64 truth, made again on its inputs and forward seed (on the host: `_lazy_truth`)."""
+        model64 = self._model64()
+        with torch.no_grad():
+            inputs = self._trial_inputs(i)
+            problem_module.manual_seed(self._trial_seeds[1][i], self.device)
+            return compact(self._truth(model64, inputs))
+
+    def _trivial_taken(self, i: int, exp: Any, gt: Any, cmd: TakeCommand) -> None:
+        """Trial i's outputs that compute nothing, judged at its take (as `trivial_ahead` judges the kept trials'):
+        the judge then uses these figures where its tolerance is the take's."""
+        tol = (cmd.atol, cmd.rtol)
+        if self.trivial_judged is not None and self.trivial_judged[0] != tol:
+            return
+        self._trivial(self.trivial_found, exp, gt, JudgeCommand(atol=cmd.atol, rtol=cmd.rtol))
+        done = self.trivial_judged[1] if self.trivial_judged is not None else set()
+        self.trivial_judged = (tol, {*done, i})
 
     def _take(self, layout: Any, seg: exchange.Segment, tensors: int) -> Any:
         """An output of the candidate's, copied out of `seg` as its layout says, or the judge's figures saying why
@@ -568,7 +608,7 @@ class Trusted:
         ahead = self.trivial_judged is not None and self.trivial_judged[0] == (cmd.atol, cmd.rtol)
         found = copy.deepcopy(self.trivial_found) if ahead else {}
         judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
-        model64 = self._model64() if any(self.recompute) else None
+        model64 = self._model64() if any(self.recompute) and not self._lazy_truth() else None
         missing = {"structure_error": "the candidate saved no output for this call"}
         for i, dist in enumerate(self.distributions):
             trials.append({"trial": i, **self.taken.get(i, missing)})  # judged as each was taken
@@ -577,7 +617,7 @@ class Trusted:
                 self._trivial(found, exp, gt, cmd)
                 del exp, gt
         clock.lap("trials")
-        if judged_ahead:
+        if judged_ahead and self.trivial_ahead_s:  # beside the candidate's trials (those judged at a take: below)
             clock.seconds["trivial_ahead"] = round(self.trivial_ahead_s, 4)
         determinism = self.determinism
         trivial = [{"kind": kind, "outputs": list(by_output.values())} for kind, by_output in found.items()]
@@ -597,7 +637,7 @@ class Trusted:
 
     def _trial_outputs(self, i: int, model64: torch.nn.Module | None) -> tuple[Any, Any]:
         """Trial i's expected output and float64 ground truth: kept since the prepare, or computed again on the same
-        inputs and forward seed."""
+        inputs and forward seed (no truth without `model64`)."""
         if not self.recompute[i]:
             return self.expected[i], self.ground_truth[i]
         forward_seed = self._trial_seeds[1][i]
@@ -605,6 +645,8 @@ class Trusted:
             on_device = problem_module.to_device(self._trial_inputs(i), self.device)
             problem_module.manual_seed(forward_seed, self.device)
             exp = compact(self.model(*on_device))
+            if model64 is None:
+                return exp, None
             problem_module.manual_seed(forward_seed, self.device)
             return exp, compact(self._truth(model64, on_device))
 

@@ -40,8 +40,16 @@ HANDOVER_BYTES = 1 << 30
 FINGERPRINT_Z = 6.0
 
 
+# Both processes' CUDA caching allocator: expandable segments, which grow one mapping rather than keep blocks of
+# fixed sizes. With fixed blocks, level1/45 at its own size (16 GiB inputs) ran the trusted side out of an H200's
+# memory with 31 GiB reserved but unallocated (blocks from earlier trials too small for the next 16 GiB): the memory
+# plan counts tensors, not how the allocator cut its blocks.
+ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def thread_env(cores: int | None = None) -> dict[str, str]:
-    """The environment of both processes' thread pools: the same number of threads in each (the cores this process
+    """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV): the same number of threads in
+    each (the cores this process
     may run on, unless `cores` says), and no thread left spinning once its work is done. By default OpenMP's workers
     spin after each parallel region (on the 2-core CPU VM a 2-thread torch process burnt a median of 7.6 ms of CPU in
     a 50 ms sleep after a matmul and a group norm; 0.04 ms passive): the trusted side's spinning workers would hold a
@@ -49,7 +57,7 @@ def thread_env(cores: int | None = None) -> dict[str, str]:
     other way round), and on a shared host a spinning barrier waits out other processes' time slices. Taken in when
     each process starts (OpenMP reads it once)."""
     threads = cores if cores is not None else len(os.sched_getaffinity(0))
-    return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE"}
+    return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE", **ALLOCATOR_ENV}
 
 
 def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,

@@ -76,8 +76,9 @@ def test_expected_outputs_recomputed_at_the_judge_judge_as_the_kept_ones(tmp_pat
 @pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
 def test_outputs_that_compute_nothing_judged_ahead_compare_as_judged_at_the_judge(tmp_path, monkeypatch, keep_bytes):
     """Judged while the candidate runs its trials (the prepare told the tolerance), the trivial outputs' figures
-    are those the judge makes itself; under another tolerance, or recomputed expected outputs, the judge makes
-    them. A candidate that returns zeros is judged at the judge, as before."""
+    are those the judge makes itself; under another tolerance the judge makes them. Where expected outputs are made
+    again at each trial's take (none kept), they are judged there, trial 0's at the judge. A candidate that returns
+    zeros is judged at the judge, as before."""
     def zeros(side, i, prepared):
         return torch.zeros_like(_reference(side, i, prepared))
 
@@ -86,7 +87,9 @@ def test_outputs_that_compute_nothing_judged_ahead_compare_as_judged_at_the_judg
         return side.judge(JudgeCommand(atol=1e-4, rtol=1e-4))
 
     side, _, ahead = _judge(tmp_path, keep_bytes, monkeypatch, zeros, ahead=(1e-4, 1e-4))
-    assert (side.trivial_judged is not None) == (keep_bytes > 0)  # none kept: all judged at the judge
+    assert side.trivial_judged is not None
+    if not keep_bytes:  # none kept: judged at each take (its expected output made there), trial 0 at the judge
+        assert side.trivial_judged[1] == {1, 2}, side.trivial_judged
     assert ("trivial_ahead" in ahead["seconds"]) == (keep_bytes > 0), ahead["seconds"]
     plain = again_at_the_judge(side)
     assert "trivial_ahead" not in plain["seconds"]
@@ -99,7 +102,7 @@ def test_outputs_that_compute_nothing_judged_ahead_compare_as_judged_at_the_judg
     monkeypatch.setattr(trusted, "TRIVIAL_AHEAD_BYTES", 0)  # outputs too large to judge beside the candidate's
     (tmp_path / "large").mkdir()
     side, _, large = _judge(tmp_path / "large", keep_bytes, monkeypatch, zeros, ahead=(1e-4, 1e-4))
-    assert side.trivial_judged is None and "trivial_ahead" not in large["seconds"]
+    assert (side.trivial_judged is None) == (keep_bytes > 0) and "trivial_ahead" not in large["seconds"]
 
 
 @pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
@@ -252,8 +255,11 @@ def get_init_inputs():
 def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_made_and_compared_whole(tmp_path,
                                                                                                    monkeypatch):
     """Where the memory plan moves the float64 truth to the host (memory_plan: the device cannot hold its forward),
-    the judge compares it a small slice at a time: every figure is the one the whole-tensor path gives, for an honest
-    output and one with errors, a NaN where the reference is finite and an inf of the wrong sign."""
+    the judge compares it a small slice at a time: every figure is the one the whole-tensor path gives, for an output
+    with errors, a NaN where the reference is finite and an inf of the wrong sign. There the truth is made only for
+    an output outside the reference's tolerance (level1/19 at its own size on an H100 took 272 s, a host truth made
+    for every trial three times over): an honest output's figures are the same without the float64 ones, and no
+    trial's expected output is made a third time at the judge (trial 0's waits for it)."""
     from harness.evaluation import memory_plan
 
     problem = tmp_path / "problem.py"
@@ -265,6 +271,7 @@ def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_mad
             return plan(*args, **kwargs).model_copy(update={"truth": truth, "compare_slice": slice_elems,
                                                             "trials_kept": 0 if truth == "host" else 6})
         monkeypatch.setattr(memory_plan, "plan", planned)
+        made.clear()
         side = trusted.Trusted()
         prepared = side.prepare(PrepareCommand(problem=ProblemLoad(path=problem), device="cpu", param_seed=42,
                                                draw_seed=7, input_seed=99, trials=3))
@@ -281,11 +288,39 @@ def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_mad
         flat[flat.isinf().nonzero().reshape(-1)[:1]] *= -1
         return out
 
-    for outputs in (_reference, wrong):
+    made: list[str] = []
+    truth, forward = trusted.Trusted._truth, trusted.Trusted._trial_outputs
+
+    def counted_truth(self, model64, inputs):
+        made.append("truth")
+        return truth(self, model64, inputs)
+
+    def counted_forward(self, i, model64):
+        made.append("expected")
+        return forward(self, i, model64)
+
+    monkeypatch.setattr(trusted.Trusted, "_truth", counted_truth)
+    monkeypatch.setattr(trusted.Trusted, "_trial_outputs", counted_forward)
+    fp64 = {"err_vs_fp64", "ref_err_vs_fp64", "rel_l2_vs_fp64", "ref_rel_l2_vs_fp64", "max_rel_err_or_fp64",
+            "min_atol_at_rtol_or_fp64", "fp64_only_at_eval_tolerance"}
+    def off(side, i, prepared):  # finite errors alone: the truth may say they are within its tolerance
+        out = _reference(side, i, prepared).clone()
+        flat = out.reshape(-1)
+        flat[flat.isfinite().nonzero().reshape(-1)[::5]] += 1e-2
+        return out
+
+    for outputs in (_reference, wrong, off):
         whole, sliced = judged("device", compare.COMPARE_SLICE, outputs), judged("host", 7, outputs)
+        # Each trial made once at its take, trial 0 again at the judge; host truths only where an output is outside
+        # the reference's tolerance and the truth could change that (a non-finite mismatch fails whatever it says).
+        assert made.count("expected") == 3 + 1 + 1, made  # three trials and the extra one, and trial 0 at the judge
+        assert made.count("truth") == (4 if outputs is off else 0), made
         assert len(whole) == len(sliced)
         for a, b in zip(whole, sliced, strict=True):
             (fa,), (fb,) = a.pop("outputs"), b.pop("outputs")
+            if outputs is not off:
+                assert fb.keys() == fa.keys() - fp64 and fa.keys() & fp64
+                fa = {k: v for k, v in fa.items() if k not in fp64}
             assert a == b and fa.keys() == fb.keys()
             for key, value in fa.items():
                 if "l2" in key:  # sums of squares added a slice at a time: the last bit may differ
@@ -294,9 +329,8 @@ def test_a_truth_made_on_the_host_and_compared_in_small_slices_judges_as_one_mad
                     assert math.isnan(fb[key]), key
                 else:
                     assert fb[key] == value, key
-        figures = fa
-        assert figures["err_vs_fp64"] is not None
-        assert (figures["nonfinite_mismatches"] > 0) == (outputs is wrong)
+        assert outputs is not off or fa["err_vs_fp64"] is not None
+        assert (fa["nonfinite_mismatches"] > 0) == (outputs is wrong)
 
 
 _HUBER = """import torch

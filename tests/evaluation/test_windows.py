@@ -184,7 +184,8 @@ def test_the_round_trip_is_the_median_ping_so_one_held_up_says_nothing():
 
 
 def test_both_processes_get_the_same_threads_and_no_spinning_worker():
-    assert windows.thread_env(3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert windows.thread_env(3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE",
+                                     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert windows.thread_env()["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 
