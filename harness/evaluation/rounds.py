@@ -169,8 +169,6 @@ class TimedRounds:
                 staged = self._stage(seeds) and self._candidate_lead_in(calls)
                 if staged:
                     phase("lead_ins")
-                if not staged:
-                    self._wake_candidate()
                 if r == traced:
                     self.candidate.begin_trace(r)
                 ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced, staged=staged)
@@ -234,13 +232,6 @@ class TimedRounds:
             return False
         self.layout = list(reply["layout"])
         return True
-
-    def _wake_candidate(self) -> None:
-        """Before a window whose process makes its own inputs: the paused candidate continued and answering a no-op
-        (a lead-in of no call), off the clock, so that its window starts in a process that waits on its channel as the
-        trusted side's does, not one the freezer is still letting go of. (On an H100, level1/19's one-call windows: a
-        round trip 0.1 ms longer than the trusted side's, A/A 0.887x with equal CUDA-event times.)"""
-        self.candidate.request(LeadIn(calls=0), self.deadline(1, 0), Phase.timing)
 
     def _lead_calls(self, calls: int) -> int:
         """A lead-in's calls: about `lead_in_ms` at the windows' pace (`window_ms` over `calls`), one at least."""

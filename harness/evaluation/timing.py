@@ -80,9 +80,8 @@ def lead_in(fn: Callable[..., Any], inputs: list[list[Any]], calls: int, device:
     """`calls` untimed calls on `inputs` (round and round), as a window makes them (flush and call), one wait at the
     end; their outputs let go. Right before a timed window, it starts with the CPU and the GPU running: a window that
     began after its process had waited (while the other kinds' windows ran) was slower by up to half on an H100 for
-    networks of many small kernels (benchmarks/window_spread.py). No call, no wait: a no-op (the candidate woken
-    before a window, rounds.TimedRounds._wake_candidate) waits for nothing of the device's either."""
-    if not inputs or calls <= 0:
+    networks of many small kernels (benchmarks/window_spread.py)."""
+    if not inputs:
         return
     with torch.no_grad():
         for j in range(calls):

@@ -445,24 +445,7 @@ def test_inputs_that_cannot_be_staged_are_made_in_every_window_and_said(tmp_path
     trusted, candidate = FakeTrusted(stageable=False), FakeCandidate(tmp_path / "o")
     rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True)
     rounds.run()
-    assert "trusted fill_window" not in trusted.events and "trusted lead_in" not in trusted.events
-    # The candidate is only woken before each window (a lead-in of no call), as without staging.
-    assert [c.calls for c in candidate.lead_ins] == [0] * 7
+    assert "candidate lead_in" not in trusted.events and "trusted fill_window" not in trusted.events
     assert trusted.events.count("trusted stage_window") == 1  # asked once; from then on, every window makes its own
     assert rounds.obs.windows_unstaged and "no plain dense tensor" in rounds.obs.windows_unstaged
     assert rounds.obs.timed_outputs is not None and not rounds.obs.timed_outputs.fingerprint_mismatches
-
-
-def test_windows_that_make_their_own_inputs_start_with_the_candidate_woken_off_the_clock(tmp_path):
-    """Unstaged, the paused candidate is continued before each of its windows and answers a no-op (a lead-in of no
-    call) before the window's clock starts: the window then starts in a process waiting on its channel, as the
-    trusted side's does, not one the freezer is still letting go of (on an H100, level1/19's one-call windows: a round
-    trip 0.1 ms longer, A/A 0.887x with equal CUDA-event times)."""
-    trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "o")
-    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=False)
-    rounds.run()
-    ev = trusted.events
-    windows = [i for i, e in enumerate(ev) if e == "candidate window"]
-    assert len(windows) == 8  # the sizing window, 2 warm-up rounds and 5 timed
-    assert all(ev[i - 1] == "candidate lead_in" for i in windows[1:]) and ev[windows[0] - 1] != "candidate lead_in"
-    assert [c.calls for c in candidate.lead_ins] == [0] * 7 and not trusted.lead_in_calls
