@@ -49,8 +49,8 @@ ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 def thread_env(cores: int | None = None) -> dict[str, str]:
     """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV): the same number of threads in
-    each (the cores this process
-    may run on, unless `cores` says), and no thread left spinning once its work is done. By default OpenMP's workers
+    each (the cores this process may run on, unless `cores` says), and no thread left spinning once its work is
+    done. By default OpenMP's workers
     spin after each parallel region (on the 2-core CPU VM a 2-thread torch process burnt a median of 7.6 ms of CPU in
     a 50 ms sleep after a matmul and a group norm; 0.04 ms passive): the trusted side's spinning workers would hold a
     core through the start of the candidate's next window (the candidate is frozen after its turn, so never the
