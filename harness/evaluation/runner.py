@@ -312,7 +312,7 @@ class _Evaluation:
         (with a known target, the candidate's process starts beside it)."""
         o = self.options
         pool = o.trusted_pool
-        extra = {**trusted_cache_env(self.settings), **windows.thread_env(), **o.extra_env}
+        extra = {**trusted_cache_env(self.settings), **windows.timing_env(), **o.extra_env}
         key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
                self.spec.model_dump_json(), o.device, o.size, o.precision, tuple(sorted(extra.items())))
         self.warm = pool.take(key) if pool is not None else None
@@ -780,7 +780,7 @@ def _build_env(source: str, target: Provenance, settings: Settings, home: Path,
     env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
     if target.compute_capability:
         env["TORCH_CUDA_ARCH_LIST"] = target.compute_capability  # build for this GPU only
-    env.update(windows.thread_env())  # as the trusted side's (Evaluation.start): the two time alike
+    env.update(windows.timing_env())  # as the trusted side's (Evaluation.start): the two time alike
     env.update(extra_env)
     return builds, env
 

@@ -47,7 +47,7 @@ FINGERPRINT_Z = 6.0
 ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
-def thread_env(cores: int | None = None) -> dict[str, str]:
+def timing_env(cores: int | None = None) -> dict[str, str]:
     """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV): the same number of threads in
     each (the cores this process may run on, unless `cores` says), and no thread left spinning once its work is
     done. By default OpenMP's workers spin after each parallel region (on the 2-core CPU VM a 2-thread torch process

@@ -184,9 +184,9 @@ def test_the_round_trip_is_the_median_ping_so_one_held_up_says_nothing():
 
 
 def test_both_processes_get_the_same_threads_and_no_spinning_worker():
-    assert windows.thread_env(3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE",
+    assert windows.timing_env(3) == {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "PASSIVE",
                                      "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert windows.thread_env()["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    assert windows.timing_env()["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 
 SPIN_PROBE = """
@@ -202,12 +202,12 @@ print(sorted(burnt)[3])
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one thread has no worker to spin")
-def test_a_torch_process_with_the_thread_env_leaves_no_worker_spinning_after_its_work():
+def test_a_torch_process_with_the_timing_env_leaves_no_worker_spinning_after_its_work():
     """After its window a process waits for the parent's next command while the other process times its own: a worker
     thread still spinning there takes a core from it. OpenMP's default kept one spinning a median 7.6 ms of CPU time
     through a 50 ms sleep on the 2-core CPU VM (0.04 ms with the thread env)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_", "KMP_"))}
-    env.update(windows.thread_env())
+    env.update(windows.timing_env())
     out = subprocess.run([sys.executable, "-c", SPIN_PROBE], env=env, capture_output=True, text=True, timeout=120,
                          check=True)
     assert float(out.stdout.split()[-1]) < 1.0  # ms of CPU time in 50 ms of sleep
