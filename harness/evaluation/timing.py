@@ -80,14 +80,24 @@ def lead_in(fn: Callable[..., Any], inputs: list[list[Any]], calls: int, device:
     """`calls` untimed calls on `inputs` (round and round), as a window makes them (flush and call), one wait at the
     end; their outputs let go. Right before a timed window, it starts with the CPU and the GPU running: a window that
     began after its process had waited (while the other kinds' windows ran) was slower by up to half on an H100 for
-    networks of many small kernels (benchmarks/window_spread.py)."""
-    if not inputs:
+    networks of many small kernels (benchmarks/window_spread.py). No call: only `touch`."""
+    if not inputs or calls <= 0:
+        touch(device)
         return
     with torch.no_grad():
         for j in range(calls):
             if flush is not None:
                 flush.zero_()
             fn(*inputs[j % len(inputs)])
+        synchronize(device)
+
+
+def touch(device: torch.device) -> None:
+    """One tiny kernel and a wait for it, on CUDA: the GPU last ran this process's context, as it has before a
+    reference window (the trusted side's idle probe, trusted.Trusted.wait_idle, is the same add and wait)."""
+    if device.type == "cuda":
+        probe = torch.zeros(1, device=device)
+        probe.add_(1)
         synchronize(device)
 
 

@@ -211,3 +211,21 @@ def test_a_torch_process_with_the_timing_env_leaves_no_worker_spinning_after_its
     out = subprocess.run([sys.executable, "-c", SPIN_PROBE], env=env, capture_output=True, text=True, timeout=120,
                          check=True)
     assert float(out.stdout.split()[-1]) < 1.0  # ms of CPU time in 50 ms of sleep
+
+
+def test_a_lead_in_of_no_call_only_touches_the_device(monkeypatch):
+    """The candidate's wake before a window (rounds.TimedRounds._wake_candidate) is a lead-in of no call: one tiny
+    kernel and a wait (timing.touch), and no call of the model; one with calls runs them and touches nothing."""
+    import torch
+
+    from harness.evaluation import timing
+
+    touched, called = [], []
+    monkeypatch.setattr(timing, "touch", lambda device: touched.append(device))
+    fn = lambda *x: called.append(x)  # noqa: E731
+    x = [[torch.ones(2)]]
+    timing.lead_in(fn, x, 0, torch.device("cpu"), None)
+    assert touched == [torch.device("cpu")] and not called
+    timing.lead_in(fn, x, 3, torch.device("cpu"), None)
+    assert len(touched) == 1 and len(called) == 3
+    timing.touch(torch.device("cpu"))  # the real one: nothing to do on the CPU
