@@ -299,9 +299,13 @@ class TimedRounds:
         """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
         candidate, paused since its turn, left running), off the window's clock; how long is observed and returned,
         with `shared` set where the wait was long and the work may not be the candidate's. None where nothing is
-        waited for."""
+        waited for: on the CPU, and with the wait off, where the trusted side still probes the GPU once (not waiting,
+        nothing observed), so that its window starts as the candidate's does after its wake (`_wake_candidate`)."""
         limit_s = self.plan.idle_wait_s
-        if self.plan.device != "cuda" or not limit_s:
+        if self.plan.device != "cuda":
+            return None
+        if not limit_s:
+            self.trusted.call({"cmd": "wait_idle", "limit_s": 0.0}, "idle", _IDLE_REPLY_SLACK_S)
             return None
         idle = self.trusted.call({"cmd": "wait_idle", "limit_s": limit_s}, "idle", limit_s + _IDLE_REPLY_SLACK_S)
         waited, busy = float(idle["waited_ms"]), bool(idle["busy"])
