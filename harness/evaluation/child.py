@@ -122,13 +122,13 @@ def poison_allocator(device: torch.device, inputs: list[Any]) -> None:
 
 
 def checked_call(model: torch.nn.Module, inputs: list[Any], device: torch.device,
-                 forward_seed: int) -> tuple[Any, bool, list[int]]:
-    """One correctness call, watched: allocator poisoned before it; the inputs compared with a copy
-    after it; the output snapshotted in stream order right after it returns and compared again
-    after a device-wide sync and a pause, so work left running on another stream or thread shows.
-    Returns the output, whether it changed after the return, and which inputs changed."""
+                 forward_seed: int, originals: list[Any] | None = None) -> tuple[Any, bool, list[int]]:
+    """One correctness call, watched: allocator poisoned before it; the inputs compared after it with `originals`
+    (where `inputs` were copied from them), else with a copy made before it; the output snapshotted in stream order
+    right after it returns and compared again after a device-wide sync and a pause, so work left running on another
+    stream or thread shows. Returns the output, whether it changed after the return, and which inputs changed."""
     poison_allocator(device, inputs)
-    before = [t.clone() for t in _tensors(inputs)]
+    before = list(_tensors(originals)) if originals is not None else [t.clone() for t in _tensors(inputs)]
     problem_module.manual_seed(forward_seed, device)  # as the trusted side did before the reference's call
     out = model(*inputs)
     snapshot = [t.clone() for t in _dense(out)]  # queued on the current stream: sees its order only
@@ -280,11 +280,14 @@ class _Session:
         difference), the call watched, the output packed into the output segment."""
         assert self.model is not None
         with torch.no_grad():
-            # Mapped copy-on-write on the host (no copy); on the device cloned off the segment, the process's own.
-            inputs = exchange.unpack(cmd.inputs, self.segments["inputs"], self.device)
+            # Mapped copy-on-write on the host (no copy); on the device cloned off the segment, the process's own,
+            # and compared with the segment after the call (one copy of the inputs, not two: level1/45's are 16 GiB).
+            views = exchange.unpack(cmd.inputs, self.segments["inputs"], self.device)
+            inputs, originals = views, None
             if self.device.type == "cuda":
-                inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-            out, changed, mutated = checked_call(self.model, inputs, self.device, cmd.forward_seed)
+                inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in views]
+                originals = views
+            out, changed, mutated = checked_call(self.model, inputs, self.device, cmd.forward_seed, originals)
             layout = self._pack(out, self.segments["output"])
             del out
         self.check_flags("run")

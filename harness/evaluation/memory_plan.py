@@ -52,16 +52,11 @@ def float64_bytes(tensors: Sequence[tuple[int, str]]) -> int:
 
 
 def redistributed_bytes(inputs: Sequence[tuple[int, str]]) -> int:
-    """The most held while the extra distribution redraws one call's inputs (problem_module.redistribute): the inputs
-    it replaces, those redrawn so far, and two temporaries of the one being redrawn (its draw, then its scaled
-    copy) at most."""
-    made = most = tensor_bytes(inputs)
-    for n, dtype in inputs:
-        if dtype in _FLOATING:
-            size = tensor_bytes([(n, dtype)])
-            most = max(most, made + 2 * size)
-            made += size
-    return most
+    """The most held while the extra distribution redraws one call's inputs (problem_module.redistribute, in place,
+    one input at a time): the inputs and the draw of the largest floating-point one beside them (the input it
+    replaces is let go first, unless get_inputs() keeps it elsewhere)."""
+    draws = [tensor_bytes([(n, dtype)]) for n, dtype in inputs if dtype in _FLOATING]
+    return tensor_bytes(inputs) + max(draws, default=0)
 
 
 @dataclass(frozen=True)
@@ -195,13 +190,15 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
 
 
 def candidate_phases(fp: Footprint, c: Choice, budget: int | None) -> dict[str, int]:
-    """The candidate's peak bytes on the device, were its kernels the reference's: a trial (its inputs, their copy
-    for the mutation check, its output and the output's snapshot; before it, the allocator's poison block of four
-    inputs' size or a quarter of the free memory, which the trial's tensors then reuse) and a timed window."""
+    """The candidate's peak bytes on the device, were its kernels the reference's: a trial (one copy of its inputs:
+    on CUDA its own, cloned off the segment and compared with it after the call; on the host, where the segment is
+    mapped copy-on-write, the copy that comparison keeps; then its output and the output's snapshot; before it, the
+    allocator's poison block of four inputs' size or a quarter of the free memory, which the trial's tensors then
+    reuse) and a timed window."""
     poison = 4 * fp.inputs if budget is None else min(4 * fp.inputs, budget // 4)
     beyond_output = max(fp.forward_work - fp.held, 0)
     return {
-        "trials": fp.parameters + max(poison, 2 * fp.inputs + fp.forward_work + fp.outputs),
+        "trials": fp.parameters + max(poison, fp.inputs + fp.forward_work + fp.outputs),
         "windows": fp.parameters + c.calls * ((0 if staged(fp) else fp.inputs) + fp.held) + beyond_output
         + fingerprint(fp, c),
     }

@@ -448,7 +448,7 @@ class Trusted:
             granule = cuda_vmm.granularity(self.device.index or 0)
         outputs_bytes = memory_plan.tensor_bytes(described[1])
         if self.distributions[-1] == problem_module.EXTRA_DISTRIBUTION:
-            # redistribute draws each floating-point input anew (two temporaries of its size) beside the ones made
+            # redistribute draws each floating-point input anew, one draw beside the inputs at most
             made = max(made, memory_plan.redistributed_bytes(described[0]))
         footprint = memory_plan.Footprint(
             inputs=memory_plan.tensor_bytes(described[0]), inputs_f64=memory_plan.float64_bytes(described[0]),
