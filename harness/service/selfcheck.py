@@ -77,6 +77,11 @@ class SelfcheckRow(BaseModel):
     gpu: str | None = None  # the GPU it ran on, where a run spread over several (CUDA_VISIBLE_DEVICES's id)
     torch_version: str | None = None
     commit: str | None = None  # of the harness that made this row (a resumed report holds rows of several)
+    # Where the evaluation's time went (the result's phases, seconds on the parent's clock), and each timed kind's
+    # clocks side by side (`clocks_of`): a report read on another machine, its job dirs gone, still says why a row
+    # took long and where its A/A came from (scripts/aa_clocks.py reads either).
+    phases: dict[str, float] = Field(default_factory=dict)
+    clocks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
 
 
 class SelfcheckReport(BaseModel):
@@ -94,6 +99,22 @@ class SelfcheckReport(BaseModel):
 
     def passed(self) -> int:
         return sum(r.verdict == "passed" for r in self.rows)
+
+
+# Per timed kind, the figures that tell an A/A's cause apart (README, "Timing on a GPU"): the parent's time per call,
+# the process's own CUDA events and input making per call, the empty window, the round trip, the spread.
+CLOCK_FIELDS = ("median_ms", "device_median_ms", "inputs_median_ms", "overhead_ms", "round_trip_ms", "spread",
+                "calls_per_window", "n")
+
+
+def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
+    """Each timed kind's CLOCK_FIELDS, from an evaluation's observations (none where it was not timed)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for kind in ("candidate", "eager"):
+        timing = getattr(observations, f"{kind}_timing", None)
+        if timing is not None:
+            out[kind] = {f: getattr(timing, f, None) for f in CLOCK_FIELDS}
+    return out
 
 
 def aa_submission(source: str, overrides: dict[str, Any]) -> str:
@@ -156,6 +177,8 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,
         gpu=(gpu_env or {}).get("CUDA_VISIBLE_DEVICES"),
         torch_version=result.provenance.torch_version if result.provenance else None,
+        phases={k: round(v, 3) for k, v in result.observations.phases.items()},
+        clocks=clocks_of(result.observations),
     )
 
 

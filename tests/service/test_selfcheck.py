@@ -121,6 +121,11 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
     assert rows["level2/2"]["size"] == describe(rows["level2/2"]["overrides"])
     assert rows["level2/2"]["commit"] == sc.current_commit()
     assert "level2/2" in r.output and "2/2 passed" in r.output
+    # The report carries where each row's time went and both kinds' clocks, its job dirs not needed to read it.
+    row = rows["level2/2"]
+    assert {"reference_start", "timed_windows"} <= set(row["phases"]) and row["phases"]["timed_windows"] > 0
+    assert set(row["clocks"]) == {"candidate", "eager"}
+    assert row["clocks"]["candidate"]["median_ms"] > 0 and row["clocks"]["eager"]["n"] >= 3
     size = rows["level2/2"]["size"]
     # "passed", or "passed (timing_unreliable)" where this host was too busy for its windows.
     assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed" in md_path.read_text()
