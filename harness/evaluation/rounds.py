@@ -169,7 +169,7 @@ class TimedRounds:
                 staged = self._stage(seeds) and self._candidate_lead_in(calls)
                 if staged:
                     phase("lead_ins")
-                else:
+                elif self.plan.device == "cuda":
                     self._wake_candidate()
                     phase("lead_ins")
                 if r == traced:
@@ -237,11 +237,12 @@ class TimedRounds:
         return True
 
     def _wake_candidate(self) -> None:
-        """Before a window whose process makes its own inputs, off the clock: the paused candidate continued, and its
-        GPU context made the one the device last ran (`timing.touch`), as the trusted side's idle probe makes its own
-        right before each reference window (`wait_idle`). Without it the candidate's one-call windows of level1/19,
-        43, 47 and 48 on an H100 came out 0.92x-0.94x in an A/A with equal CUDA-event times per call: its first
-        kernels waited on the GPU's switch from the trusted side's context."""
+        """Before a CUDA window whose process makes its own inputs, off the clock: the paused candidate continued, and
+        its GPU context made the one the device last ran (`timing.touch`), as the trusted side's idle probe makes its
+        own right before each reference window (`wait_idle`). Not on the CPU, where nothing of it was measured.
+        Without it the candidate's one-call windows of level1/19, 43, 47 and 48 on an H100 came out 0.92x-0.94x
+        in an A/A with equal CUDA-event times per call: its first kernels waited on the GPU's switch from the
+        trusted side's context."""
         self.candidate.request(LeadIn(calls=0), self.deadline(1, 0), Phase.timing)
 
     def _lead_calls(self, calls: int) -> int:

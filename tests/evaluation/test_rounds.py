@@ -451,10 +451,10 @@ def test_staged_windows_inputs_reach_the_candidate_only_once_its_windows_clock_r
 
 def test_inputs_that_cannot_be_staged_are_made_in_every_window_and_said(tmp_path):
     trusted, candidate = FakeTrusted(stageable=False), FakeCandidate(tmp_path / "o")
-    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True, device="cuda")
     rounds.run()
     assert "trusted fill_window" not in trusted.events and "trusted lead_in" not in trusted.events
-    # The candidate is only woken before each window (a lead-in of no call), as without staging.
+    # The candidate is only woken before each window (a lead-in of no call), as without staging on CUDA.
     assert [c.calls for c in candidate.lead_ins] == [0] * 7
     assert trusted.events.count("trusted stage_window") == 1  # asked once; from then on, every window makes its own
     assert rounds.obs.windows_unstaged and "no plain dense tensor" in rounds.obs.windows_unstaged
@@ -467,10 +467,14 @@ def test_windows_that_make_their_own_inputs_start_with_the_candidate_woken_off_t
     before each reference window. Without it, on an H100, one-call windows (level1/19, 43, 47, 48) came out at
     0.92x-0.94x in an A/A with equal CUDA-event times per call."""
     trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "o")
-    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=False)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=False, device="cuda")
     rounds.run()
     ev = trusted.events
     windows = [i for i, e in enumerate(ev) if e == "candidate window"]
     assert len(windows) == 8  # the sizing window, 2 warm-up rounds and 5 timed
     assert all(ev[i - 1] == "candidate lead_in" for i in windows[1:]) and ev[windows[0] - 1] != "candidate lead_in"
     assert [c.calls for c in candidate.lead_ins] == [0] * 7 and not trusted.lead_in_calls
+    # On the CPU, where nothing of it was measured, the candidate's windows start as before: no wake.
+    trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "cpu")
+    _rounds(tmp_path, trusted, candidate, staged=False)[0].run()
+    assert not candidate.lead_ins
