@@ -5,12 +5,14 @@ build, or the harness mishandles something in it. On a CPU the check runs at red
 problem by `harness.evaluation.size_probe` from the file's own size constants within a time budget, and
 every row records the sizes it ran at.
 
-No torch here: sizes are chosen in a child process, evaluations go through `runner.evaluate`.
+No torch here: sizes are chosen in a child process, evaluations go through `runner.evaluate`, and each device's
+target is probed in a child (`Targets`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -27,9 +29,11 @@ from pydantic import BaseModel, Field
 
 from harness.config import Settings
 from harness.evaluation import reduced_size
-from harness.evaluation.runner import EvalOptions, evaluate
+from harness.evaluation.runner import EvalOptions, evaluate, probe_device
 from harness.problems.spec import ProblemSpec, SizeVariant
-from harness.schema import Precision
+from harness.schema import Precision, Provenance
+
+log = logging.getLogger("harness.selfcheck")
 
 SCHEMA_VERSION = 1
 UNSIZED = "unsized"  # no size could be found to run the problem at: no evaluation ran
@@ -147,8 +151,54 @@ def choose_size(spec: ProblemSpec, options: SelfcheckOptions, threads: int) -> d
                               time_limit_s=options.sizing_time_limit_s, threads=threads)
 
 
+def eval_env(options: SelfcheckOptions, threads: int, gpu_env: dict[str, str] | None) -> dict[str, str]:
+    """The environment an evaluation's children run under, and its device's target is probed under."""
+    # One thread per job, as the size probe measured: the A/A ratio then compares like with like.
+    return {"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else dict(gpu_env or {})
+
+
+class Targets:
+    """Each device's target (device, arch, versions: what a candidate's build dir is keyed by), probed once by a child
+    under that device's environment the first time a job uses it. Given it, an evaluation starts the candidate's
+    process beside the trusted one, its torch import overlapping the trusted child's start, instead of after the
+    trusted child's probe (on an H100 each took about 4.7 s, one after the other). A target that turns out wrong
+    only starts the candidate again (`runner._target_changes`); a probe that fails leaves its device without one,
+    its evaluations as they were before.
+
+    On the CPU too: the runner keys a CPU build by the same fields (arch "cpu"), and one probe per run is one torch
+    import against one saved on every problem."""
+
+    def __init__(self, device: str, settings: Settings):
+        self.device, self.settings = device, settings
+        self._found: dict[tuple[tuple[str, str], ...], Provenance | None] = {}
+        self._locks: dict[tuple[tuple[str, str], ...], threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def of(self, env: dict[str, str]) -> Provenance | None:
+        """The target of the device `env` pins, or None where its probe failed."""
+        key = tuple(sorted(env.items()))
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # jobs sharing one device (no --gpus) wait for its one probe
+            if key not in self._found:
+                self._found[key] = self._probe(env)
+            return self._found[key]
+
+    def _probe(self, env: dict[str, str]) -> Provenance | None:
+        try:
+            return probe_device(self.device, self.settings, env)
+        except (RuntimeError, OSError) as e:
+            gpu = env.get("CUDA_VISIBLE_DEVICES")
+            where = f"GPU {gpu}" if gpu is not None else f"the {self.device} device"
+            log.warning("could not probe %s for its target, so its evaluations start the candidate after the "
+                        "trusted child's probe: %s", where, e)
+            return None
+
+
 def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
-                  gpu_env: dict[str, str] | None = None) -> SelfcheckRow:
+                  gpu_env: dict[str, str] | None = None, target: Provenance | None = None) -> SelfcheckRow:
+    """One problem's A/A row, evaluated under `gpu_env` (its GPU's pin) with `target` (that device's, see `Targets`;
+    None: the candidate starts after the trusted child's probe)."""
     t0 = time.monotonic()
     reduce = options.device == "cpu" if options.reduce is None else options.reduce
     sized: dict[str, Any] = {"ok": True, "overrides": {}, "size": "default", "forward_s": None}
@@ -162,11 +212,9 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     size_name = "reduced" if overrides else "default"
     variants = {"default": SizeVariant(), "reduced": SizeVariant(overrides=overrides)}
     sized_spec = spec.model_copy(update={"sizes": variants})
-    # One thread per job, as the probe measured: the A/A ratio then compares like with like.
     # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
-    env = {"OMP_NUM_THREADS": str(threads)} if options.device == "cpu" else dict(gpu_env or {})
     opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
-                       precision=options.precision, extra_env=env)
+                       precision=options.precision, extra_env=eval_env(options, threads, gpu_env), target=target)
     t1 = time.monotonic()
     result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
     return SelfcheckRow(
@@ -184,8 +232,9 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
 
 def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings: Settings,
                   on_row: Callable[[SelfcheckRow], None] | None = None) -> list[SelfcheckRow]:
-    """Check `specs`, `options.jobs` at a time (with `options.gpu_envs`, one on each GPU); `on_row` hears of each
-    row as it is done (in any order). The rows come back in the order of `specs`."""
+    """Check `specs`, `options.jobs` at a time (with `options.gpu_envs`, one on each GPU, each probed for its target
+    by its first job); `on_row` hears of each row as it is done (in any order). The rows come back in the order of
+    `specs`."""
     jobs = len(options.gpu_envs) if options.gpu_envs else max(1, options.jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     lock = threading.Lock()
@@ -196,11 +245,12 @@ def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings:
     free: queue.SimpleQueue[dict[str, str] | None] = queue.SimpleQueue()
     for env in options.gpu_envs or [None] * jobs:
         free.put(env)
+    targets = Targets(options.device, settings)
 
     def one(spec: ProblemSpec) -> SelfcheckRow:
         env = free.get()  # a GPU of its own for the whole evaluation: never two on one GPU
         try:
-            row = check_problem(spec, options, settings, threads, env)
+            row = check_problem(spec, options, settings, threads, env, targets.of(eval_env(options, threads, env)))
         finally:
             free.put(env)
         if on_row is not None:

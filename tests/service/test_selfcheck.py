@@ -4,8 +4,11 @@ ModelNew must pass its own evaluation; one that cannot (a stochastic reference) 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -14,8 +17,10 @@ from harness.cli import app
 from harness.config import Settings
 from harness.problems import load_kernelbench_dir
 from harness.problems.sizes import describe
+from harness.schema import Provenance
 from harness.service import selfcheck as sc
 from harness.submission import check_constructor, extract
+from harness.verdicts import Verdict
 
 SAMPLE_DIR = Path(__file__).parents[1] / "fixtures" / "kernelbench"
 
@@ -200,7 +205,7 @@ def test_gpus_run_one_problem_on_each_gpu_at_a_time(monkeypatch):
     clash: list[str] = []
     lock = threading.Lock()
 
-    def fake_check(spec, options, settings, threads, gpu_env=None):
+    def fake_check(spec, options, settings, threads, gpu_env=None, target=None):
         gpu = (gpu_env or {})["CUDA_VISIBLE_DEVICES"]
         with lock:
             if gpu in busy:
@@ -212,8 +217,84 @@ def test_gpus_run_one_problem_on_each_gpu_at_a_time(monkeypatch):
         return sc_mod.SelfcheckRow(problem=spec, name=spec, size="default", verdict="passed", gpu=gpu)
 
     monkeypatch.setattr(sc_mod, "check_problem", fake_check)
+    monkeypatch.setattr(sc_mod, "probe_device", lambda device, settings, env: None)
     envs = [{"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} for g in ("0", "1", "2")]
     rows = sc_mod.run_selfcheck([f"p{i}" for i in range(12)], sc_mod.SelfcheckOptions(device="cuda", gpu_envs=envs),
                                 None)  # type: ignore[arg-type]
     assert [r.problem for r in rows] == [f"p{i}" for i in range(12)] and not clash
     assert {r.gpu for r in rows} == {"0", "1", "2"}
+
+
+def _fake_target(env: dict[str, str]) -> Provenance:
+    return Provenance(harness_version="test", device="cuda", device_name=f"GPU {env.get('CUDA_VISIBLE_DEVICES')}",
+                      compute_capability="9.0", torch_version="2.0", python_version="3.12", hostname="h",
+                      started_at=datetime.now(timezone.utc))
+
+
+def _record_evaluations(monkeypatch, evaluated: list[tuple[str | None, Provenance | None]]) -> None:
+    """`evaluate` as a stub that notes each evaluation's GPU and target, and passes after a moment's work."""
+    lock = threading.Lock()
+
+    def fake_evaluate(spec, text, options, settings):
+        with lock:
+            evaluated.append((options.extra_env.get("CUDA_VISIBLE_DEVICES"), options.target))
+        time.sleep(0.02)
+        return SimpleNamespace(verdict=Verdict.passed, flags=[], message="", speedup_vs_eager=1.0, job_dir=None,
+                               provenance=None, observations=SimpleNamespace(phases={}))
+
+    monkeypatch.setattr(sc, "evaluate", fake_evaluate)
+
+
+def test_each_gpu_is_probed_once_by_its_first_job_and_its_evaluations_start_the_candidate_for_its_target(
+        monkeypatch, tmp_path: Path):
+    """Without a target the candidate's process started after the trusted child's probe: on an H100 its torch import
+    (4.6 s) came after the trusted side's (4.7 s) on every problem. Each GPU's target, probed under its own pin, lets
+    the runner start both at once."""
+    probed: list[tuple[str, str | None]] = []
+    lock = threading.Lock()
+
+    def fake_probe(device, settings, env):
+        with lock:
+            probed.append((device, env.get("CUDA_VISIBLE_DEVICES")))
+        time.sleep(0.05)  # jobs that would race to probe the same GPU overlap here
+        return _fake_target(env)
+
+    evaluated: list[tuple[str | None, Provenance | None]] = []
+    monkeypatch.setattr(sc, "probe_device", fake_probe)
+    _record_evaluations(monkeypatch, evaluated)
+    specs = sc.select(load_kernelbench_dir(SAMPLE_DIR), ["level1/"])[:6]
+    envs = [{"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} for g in ("0", "1")]
+    rows = sc.run_selfcheck(specs, sc.SelfcheckOptions(device="cuda", gpu_envs=envs),
+                            Settings(data_dir=tmp_path / "data"))
+    assert [r.verdict for r in rows] == ["passed"] * len(specs)
+    assert sorted(probed) == [("cuda", "0"), ("cuda", "1")]  # once each, with its own pin
+    assert len(evaluated) == len(specs) and {gpu for gpu, _ in evaluated} == {"0", "1"}
+    assert all(target is not None and target.device_name == f"GPU {gpu}" for gpu, target in evaluated), evaluated
+
+    # Jobs sharing the one device this process sees (no --gpus) share its one probe.
+    probed.clear()
+    evaluated.clear()
+    sc.run_selfcheck(specs, sc.SelfcheckOptions(device="cuda", jobs=3), Settings(data_dir=tmp_path / "data"))
+    assert probed == [("cuda", None)]
+    assert len(evaluated) == len(specs) and all(t is not None and t.device_name == "GPU None" for _, t in evaluated)
+
+
+def test_a_gpu_whose_probe_fails_is_said_once_and_its_problems_are_still_checked_without_a_target(
+        monkeypatch, tmp_path: Path, caplog):
+    calls: list[str | None] = []
+
+    def failing_probe(device, settings, env):
+        calls.append(env.get("CUDA_VISIBLE_DEVICES"))
+        raise RuntimeError("probing device 'cuda' failed: no CUDA device")
+
+    evaluated: list[tuple[str | None, Provenance | None]] = []
+    monkeypatch.setattr(sc, "probe_device", failing_probe)
+    _record_evaluations(monkeypatch, evaluated)
+    specs = sc.select(load_kernelbench_dir(SAMPLE_DIR), ["level1/"])[:3]
+    with caplog.at_level("WARNING", logger="harness.selfcheck"):
+        rows = sc.run_selfcheck(specs, sc.SelfcheckOptions(device="cuda", gpu_envs=[{"CUDA_VISIBLE_DEVICES": "3"}]),
+                                Settings(data_dir=tmp_path / "data"))
+    assert [(r.problem, r.verdict, r.gpu) for r in rows] == [(s.id, "passed", "3") for s in specs]
+    assert calls == ["3"] and evaluated == [("3", None)] * len(specs)
+    said = [m for m in caplog.messages if "could not probe GPU 3" in m]
+    assert len(said) == 1 and "no CUDA device" in said[0], caplog.messages
