@@ -59,6 +59,13 @@ class Settings(BaseSettings):
                     "windows' inputs are staged (rounds.RoundsPlan): a window that starts after its process waited "
                     "ran up to half slower on an H100 for networks of many small kernels; 0: none.",
     )
+    timing_core: str = Field(
+        default="auto", pattern="^(auto|off|[0-9]+)$",
+        description="The CPU core both sides' window threads are kept to for the timed rounds (their kernels' "
+                    "launches then run on one core, whatever the host does to the others): 'auto' takes, on CUDA "
+                    "only, one of the worker's cores by the evaluation's GPU (its last for GPU 0, the one before "
+                    "for GPU 1, ...); a number names it; 'off' leaves the threads where the system puts them.",
+    )
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",

@@ -211,6 +211,9 @@ def _grade(obs: Observations, tol: Tolerance) -> Grade:
     if obs.static_error:
         return Grade(Verdict.invalid_submission, obs.static_error)
     if obs.reference_error:
+        crowded = _crowded_out(obs)
+        if crowded is not None:
+            return Grade(Verdict.runtime_error, crowded, obs.reference_error.strip())
         return Grade(Verdict.infra_error, "the harness's reference side failed: "
                      + summarise_traceback(obs.reference_error), obs.reference_error.strip())
     if obs.protocol_violations:
@@ -289,6 +292,26 @@ def _candidate_share(plan: MemoryPlan) -> int | None:
         return plan.candidate_bytes + plan.reserve_bytes
     phases = [v for k, v in plan.phases_bytes.items() if k.startswith("candidate_")]  # a plan stored before
     return max(phases) + plan.reserve_bytes if phases else None
+
+
+def _crowded_out(obs: Observations) -> str | None:
+    """Why the trusted side's running out of device memory is the submission's, where it is (None: the harness's).
+
+    The parent read the GPU's memory from NVML when the trusted side failed (obs.gpu_memory_at_failure), the
+    candidate paused and holding what it held. It is the submission's where the candidate's processes held more
+    than the memory plan gave them (its phases' peak and the reserve): a process that keeps device memory it no
+    longer uses, or takes more than its kernels need, cannot make the harness blame itself. Within its share, or
+    where NVML gave no figures, the failure stays the harness's."""
+    plan, seen = obs.memory_plan, obs.gpu_memory_at_failure
+    if plan is None or seen is None or seen.candidate_bytes is None or device_out_of_memory(
+            "", obs.reference_error or "") is None:
+        return None
+    share = _candidate_share(plan)
+    if share is None or seen.candidate_bytes <= share:
+        return None
+    return (f"the harness's side ran out of device memory while the candidate's processes held "
+            f"{_gib(seen.candidate_bytes)}, more than the {_gib(share)} the memory plan gave them (NVML at the "
+            f"failure; the harness's side held {_gib(seen.trusted_bytes or 0)}, {_gib(seen.free_bytes or 0)} free)")
 
 
 def _gib(n: int) -> str:

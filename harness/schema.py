@@ -277,6 +277,7 @@ class MemoryPlan(BaseModel):
     trials: int = 0
     trials_kept: int = 0  # trials whose expected outputs (and truths) are kept from the prepare to the judge
     truth: Literal["device", "host"] = "device"  # where the float64 truth is computed and held
+    first_output: Literal["device", "host"] = "device"  # where trial 0's output waits for the determinism re-run's
     compare_slice: int = 0  # elements compared at once
     calls_per_window: int = 1  # the most calls a timed window may hold
     calls_wanted: int = 1  # ... before the plan
@@ -350,6 +351,10 @@ class Observations(BaseModel):
     # How the trusted process was paused before its staged windows (as the candidate is: `pause_method`); None where
     # windows were not staged or it could not be paused.
     trusted_pause_method: str | None = None
+    # The core both sides' window threads were kept to for the timed rounds (rounds.RoundsPlan.core), and what kept a
+    # side from it, where something did (its own words: a claim of the candidate's is a diagnostic, never a figure).
+    timing_core: int | None = None
+    timing_core_refused: str | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another
     # process's (ms; the candidate's processes stopped since its reply), and how many windows found it busy still

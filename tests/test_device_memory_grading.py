@@ -129,3 +129,33 @@ def test_the_share_is_the_plans_own_candidate_figure_where_it_has_one():
     seen = _nvml(candidate=30.0, free=1.0, trusted=46.0)
     assert grade(_obs(_oom_text(1.0, 1.0, 30.0), seen=seen, plan=named), TOL).verdict == Verdict.infra_error
     assert grade(_obs(_oom_text(1.0, 1.0, 30.0), seen=seen), TOL).verdict == Verdict.runtime_error
+
+
+# The trusted side's own out-of-memory error, as the runner stores it (TrustedFailed's text): level1/39's, on an H100.
+TRUSTED_OOM = ("the trusted process failed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. "
+               "GPU 0 has a total capacity of 79.18 GiB of which 3.75 GiB is free.")
+
+
+def _trusted_failed(seen: GpuMemoryAtFailure | None, error: str = TRUSTED_OOM) -> Observations:
+    return Observations(memory_plan=PLAN, gpu_memory_at_failure=seen, reference_error=error)
+
+
+def test_the_harness_crowded_out_by_a_candidate_past_its_share_is_the_submissions():
+    """A candidate that keeps 40 GiB of device memory, where the plan gave it 24, and the trusted side runs out beside
+    it: the submission made the harness fail, and it is told so, never the harness's fault."""
+    g = grade(_trusted_failed(_nvml(candidate=40.0, free=1.0, trusted=36.0)), TOL)
+    assert g.verdict == Verdict.runtime_error
+    assert g.message.startswith("the harness's side ran out of device memory while the candidate's processes held "
+                                "40.00 GiB, more than the 24.00 GiB the memory plan gave them")
+
+
+def test_the_harness_running_out_beside_a_candidate_within_its_share_is_the_harnesss():
+    """The honest twin: level1/39's A/A copy held 26.7 GiB, its share then 26; now within its share, the plan's
+    miscount is the harness's own (infra_error), as are a trusted failure that is no out-of-memory error and one
+    where NVML could not say what the candidate held."""
+    for obs in (_trusted_failed(_nvml(candidate=20.0, free=3.75, trusted=48.7)),
+                _trusted_failed(_nvml(candidate=40.0, free=1.0, trusted=36.0), "the trusted process failed: KeyError"),
+                _trusted_failed(GpuMemoryAtFailure(unknown="NVML could not be started")),
+                _trusted_failed(None)):
+        g = grade(obs, TOL)
+        assert g.verdict == Verdict.infra_error and g.message.startswith("the harness's reference side failed")

@@ -40,6 +40,7 @@ from harness.evaluation.protocol import (
     Import,
     LeadIn,
     LoadParameters,
+    Pin,
     RunTrial,
     Trace,
     Window,
@@ -289,7 +290,12 @@ class _Session:
                 originals = views
             out, changed, mutated = checked_call(self.model, inputs, self.device, cmd.forward_seed, originals)
             layout = self._pack(out, self.segments["output"])
-            del out
+            del out, inputs, views, originals
+        if self.device.type == "cuda":
+            # What the trial held (the poisoned block, its tensors) goes back to the driver before the reply: the
+            # trusted side then makes the next trial's expected output beside this process (level1/39: the trusted
+            # side ran out of device memory in its take while this process kept 26.7 GiB cached).
+            torch.cuda.empty_cache()
         self.check_flags("run")
         return {"output": layout, "output_changed": changed, "inputs_mutated": mutated,
                 "flag_changes": self.flag_changes}
@@ -334,6 +340,9 @@ class _Session:
         slot = seg.nbytes // max(len(cmd.picks), 1)  # the segment holds as many slots as a window picks
         return {"layouts": [self._pack(self.kept[j], seg, k * slot) for k, j in enumerate(cmd.picks)]}
 
+    def pin(self, cmd: Pin) -> dict[str, Any]:
+        return {"cores": timing.pin_thread(cmd.cores)}
+
     def trace(self, cmd: Trace) -> dict[str, Any]:
         """After the timed rounds: CUPTI let go, and the handles of the kernels the submission defined."""
         if self.launches is not None:
@@ -345,7 +354,8 @@ class _Session:
 
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
                                                 "trial": RunTrial, "window": Window, "fingerprint": Fingerprint,
-                                                "handover": Handover, "trace": Trace, "lead_in": LeadIn}
+                                                "handover": Handover, "trace": Trace, "lead_in": LeadIn,
+                                                "pin": Pin}
 
 
 def run(req: CandidateRequest, chan: Channel, link: exchange.FdLink | None = None) -> None:

@@ -93,14 +93,15 @@ def nvml_device_memory() -> list[DeviceMemory]:
 
 def memory_at_failure(memories: DeviceMemories, trusted: Iterable[int], candidate: Iterable[int]
                       ) -> GpuMemoryAtFailure:
-    """The evaluation's GPU's memory now (the GPU NVML lists a trusted process on), whose it is: the candidate's, the
-    trusted side's, other processes'. Where NVML cannot say, why."""
+    """The evaluation's GPU's memory now (the GPU NVML lists a trusted process on, or where none is left, a
+    candidate's process), whose it is: the candidate's, the trusted side's, other processes'. Where NVML cannot say,
+    why."""
     try:
         devices = memories()
     except NvmlUnavailable as e:
         return GpuMemoryAtFailure(unknown=str(e))
     ours, theirs = set(trusted), set(candidate)
-    found = [d for d in devices if ours.intersection(d.used)]
+    found = [d for d in devices if ours.intersection(d.used)] or [d for d in devices if theirs.intersection(d.used)]
     if not found:
         return GpuMemoryAtFailure(unknown=_not_listed(ours))
     device = found[0]

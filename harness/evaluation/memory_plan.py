@@ -18,7 +18,9 @@ keeps itself, in this order:
      then made again at the judge, one trial on the device at a time;
   2. the float64 truth: computed on the host, only for an output outside the reference's tolerance, and compared
      on the device a small slice at a time, instead of computed and held whole on the device for every trial;
-  3. calls per timed window (each call's inputs and kept outputs are held until the window's fingerprint), down
+  3. trial 0's output, which waits for the determinism re-run's while the other trials are made and judged: kept on
+     the host instead of the device;
+  4. calls per timed window (each call's inputs and kept outputs are held until the window's fingerprint), down
      to one.
 
 Only then is a problem too large, with its figures: what it needs, what the device has, what was already shrunk.
@@ -34,8 +36,10 @@ from harness.schema import MemoryPlan
 
 GIB = 1 << 30
 _FLOATING = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
-# Elements compared at once where the truth is computed on the host: the comparison's float64 temporaries (about
-# fourteen a slice) come to 112 MiB beside the outputs.
+# The fewest elements compared at once where the truth is computed on the host: the comparison's float64 temporaries
+# (about fourteen a slice) come to 112 MiB beside the outputs. The plan takes the largest slice, up to the device's
+# (Footprint.compare_slice), that still fits: at level1/39's size 1M-element slices took 9 s a trial's take, about
+# 8,000 slices of some sixty kernels each.
 SMALL_COMPARE_SLICE = 1 << 20
 # Bytes per element a comparison works in: about fourteen float64 temporaries a slice (compare.COMPARE_SLICE).
 COMPARE_BYTES_PER_ELEMENT = 14 * 8
@@ -117,6 +121,8 @@ class Choice:
     truth: str  # "device" | "host"
     calls: int
     judge_ahead: bool = False
+    first_on_host: bool = False  # trial 0's output waits for the determinism re-run's on the host
+    compare_slice: int = 0  # elements compared at once; 0: the device's with the truth there, else the smallest
 
 
 def _room(n: int, granule: int) -> int:
@@ -150,6 +156,12 @@ def fingerprint(fp: Footprint, c: Choice) -> int:
     return 3 * min(fp.fingerprint_chunk, c.calls * fp.outputs_f64)
 
 
+def compare_slice(fp: Footprint, c: Choice) -> int:
+    """Elements compared at once: the choice's, else the device's where the truth is there and the smallest where
+    it is not."""
+    return c.compare_slice or (fp.compare_slice if c.truth == "device" else SMALL_COMPARE_SLICE)
+
+
 def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     """The trusted side's peak bytes on the device in each of its phases."""
     on_device = c.truth == "device"
@@ -158,7 +170,7 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     model64 = fp.parameters_f64 if on_device else 0
     # Copies of the outputs' elements: what a trial keeps (trusted.compact), not the storages the forward returned.
     kept = c.trials_kept * (fp.outputs + (fp.outputs_f64 if on_device else 0))
-    slice_elems = fp.compare_slice if on_device else SMALL_COMPARE_SLICE
+    slice_elems = compare_slice(fp, c)
     # A window holds every call's inputs and output as returned, and the last call's working memory beyond it.
     beyond_output = max(fp.forward_work - fp.held, 0)
     temps = min(slice_elems, max(fp.outputs_f64 // 8, 1)) * COMPARE_BYTES_PER_ELEMENT
@@ -172,11 +184,13 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     # outputs that compute nothing are made and compared after the candidate's is let go).
     compare = fp.outputs + (fp.outputs_f64 if on_device else 0) + fp.outputs + temps
     recompute = trial if c.trials_kept < fp.trials else 0
+    # Trial 0's output (the candidate's, copied out) is held from its take to the determinism re-run's.
+    first = 0 if c.first_on_host else fp.outputs
     return {
         "prepare": fp.parameters + kept + trial,
-        # Each trial: its inputs made and staged; the candidate's output copied out and judged (a trial not kept made
-        # again first).
-        "trials": fp.parameters + kept + max(fp.made, recompute, compare),
+        # Each trial: its inputs made and staged; a trial not kept made again, then the candidate's output copied out
+        # and judged (trusted.take, in that order); trial 0's output held beside them.
+        "trials": fp.parameters + kept + first + max(fp.made, recompute, compare),
         # After the prepare's reply, beside the candidate's trials: each kept trial's outputs that compute nothing,
         # one at a time, compared with its kept output and truth.
         "ahead": fp.parameters + kept + fp.outputs + temps if c.judge_ahead else 0,
@@ -218,12 +232,13 @@ def needs(fp: Footprint, c: Choice, budget: int | None, reserve: int) -> tuple[i
 
 
 def host_needs(fp: Footprint, c: Choice) -> int:
-    """The host memory the exchange takes beside a CUDA evaluation: its segments where they are the host's, and the
-    trusted side's host copies (a trial's inputs written through it, an output read back). On a CPU evaluation the
-    device's memory is the host's: `needs` counts it all."""
+    """The host memory a CUDA evaluation takes beside the device's: the exchange's segments where they are the host's,
+    and the trusted side's host copies (a trial's inputs written through it, an output read back); trial 0's output
+    where it waits on the host. On a CPU evaluation the device's memory is the host's: `needs` counts it all."""
+    first = fp.outputs if c.first_on_host and fp.device != "cpu" else 0
     if fp.device == "cpu" or fp.exchange_device == "cuda":
-        return 0
-    return segments(fp, c) + fp.inputs + fp.outputs
+        return first
+    return segments(fp, c) + fp.inputs + fp.outputs + first
 
 
 def _kept_at_most(fp: Footprint) -> int:
@@ -268,14 +283,23 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
                       "(the others made again at the judge, one at a time)")
     if not fits(choice):
         choice = replace(choice, truth="host")
-        shrunk.append(f"float64 truth computed on the host where an output is outside the reference's tolerance, "
-                      f"and compared on the device {SMALL_COMPARE_SLICE} elements at a time, instead of whole on the "
-                      "device for every trial")
+        shrunk.append("float64 truth computed on the host where an output is outside the reference's tolerance, "
+                      "and compared on the device in slices of the elements, instead of whole on the device for every "
+                      "trial")
+    if not fits(choice) and fp.device != "cpu":
+        choice = replace(choice, first_on_host=True)
+        shrunk.append("trial 0's output kept on the host for the determinism re-run, instead of on the device")
     if not fits(choice) and choice.calls > 1:
         start = choice.calls
         while choice.calls > 1 and not fits(choice):
             choice = replace(choice, calls=choice.calls - 1)
         shrunk.append(f"calls per timed window {start} -> {choice.calls}")
+    if choice.truth == "host":  # the largest slice that fits: each slice is some sixty kernels and a wait
+        while compare_slice(fp, choice) < fp.compare_slice:
+            wider = replace(choice, compare_slice=min(2 * compare_slice(fp, choice), fp.compare_slice))
+            if not fits(wider):
+                break
+            choice = wider
     need, phases = needs(fp, choice, budget, reserve)
     host_need = host_needs(fp, choice)
     device_ok = budget is None or need <= budget
@@ -289,8 +313,11 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
                + (f", capped at {gib(budget_setting)} by HARNESS_DEVICE_MEMORY_BUDGET_MB"
                   if budget_setting is not None else ""))
     if host_need and host_available is not None:
-        figures += (f"; on the host the exchange needs {gib(host_need)} (its segments {gib(phases['segments'])} and "
-                    f"the trusted side's copies), with a tenth to spare, of {gib(host_available)} available")
+        held = [f"the exchange's segments {gib(phases['segments'])} and the trusted side's copies"] \
+            if fp.exchange_device != "cuda" else []
+        held += ["trial 0's output"] if choice.first_on_host else []
+        figures += (f"; on the host it needs {gib(host_need)} ({' and '.join(held)}), with a tenth to spare, of "
+                    f"{gib(host_available)} available")
     if ok:
         message = f"fits: {figures}" + (f"; shrunk: {'; '.join(shrunk)}" if shrunk else "")
     else:
@@ -306,7 +333,8 @@ def plan(fp: Footprint, free: int | None, total: int | None, budget_setting: int
         handover_slots=handover_slots(fp, choice), host_needs_bytes=host_need, host_available_bytes=host_available,
         judge_ahead=choice.judge_ahead,
         trials=fp.trials, trials_kept=choice.trials_kept, truth=choice.truth,
-        compare_slice=fp.compare_slice if choice.truth == "device" else SMALL_COMPARE_SLICE,
+        first_output="host" if choice.first_on_host else "device",
+        compare_slice=compare_slice(fp, choice),
         calls_per_window=choice.calls, calls_wanted=fp.calls_wanted, shrunk=shrunk,
         input_bytes=fp.inputs, output_bytes=fp.outputs, parameter_bytes=fp.parameters,
         truth_bytes=fp.outputs_f64, forward_work_bytes=fp.forward_work, output_held_bytes=fp.held,

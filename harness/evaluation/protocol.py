@@ -245,6 +245,13 @@ class LeadIn(CandidateCommand):
     flush_l2: bool = True
 
 
+class Pin(CandidateCommand):
+    """The thread that runs the windows kept to `cores` for the timed rounds (timing.pin_thread)."""
+
+    cmd: Literal["pin"] = "pin"
+    cores: list[int]
+
+
 class Fingerprint(CandidateCommand):
     """Fingerprint every output the last window kept under `key`, drawn by the parent once that window closed
     (timing.fingerprints): the parent's clock around the command bounds what was left to compute."""
@@ -271,7 +278,7 @@ class Trace(CandidateCommand):
 
 REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trial": "trial_done",
            "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced",
-           "lead_in": "led_in"}
+           "lead_in": "led_in", "pin": "pinned"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol

@@ -35,6 +35,7 @@ from harness.evaluation.protocol import (
     JudgeHandoversCommand,
     LeadIn,
     LeadInCommand,
+    Pin,
     ReferenceWindowCommand,
     StageWindowCommand,
     Window,
@@ -72,6 +73,8 @@ class RoundsPlan:
     # `lead_in_ms` of untimed calls in its own process; else each process makes them inside its windows.
     staged: bool = False
     lead_in_ms: float = 0.0
+    # The core both sides' window threads are kept to for the rounds (timing.pin_thread); None: wherever they run.
+    core: int | None = None
 
 
 class TimedRounds:
@@ -106,6 +109,29 @@ class TimedRounds:
         """The warm-up rounds, then the timed ones; the kinds' timing figures into `obs`. Each window is sized again
         after each warm-up round on the slower of the candidate and eager (a one-call candidate window bounds the
         first: an honest kernel far slower than the reference would overrun windows sized on the reference alone)."""
+        self._pin()
+        self._rounds()
+        if self.plan.core is not None:  # given back its cores (a warm one's next prepare gives them back too)
+            self.trusted.call({"cmd": "pin", "cores": None}, "pinned")
+
+    def _pin(self) -> None:
+        """Both sides' window threads kept to the plan's core for the rounds, the candidate's continued to be told so
+        and paused again: each kind's launches then run on the same core, whatever the host does to the others. What
+        each side says of its thread is recorded; a side that cannot be kept there (a core outside its cgroup) is
+        said in `obs.timing_core_refused`, and its windows run where they may."""
+        core = self.plan.core
+        if core is None:
+            return
+        said = {"trusted": self.trusted.call({"cmd": "pin", "cores": [core]}, "pinned").get("cores"),
+                "candidate": self.candidate.request(Pin(cores=[core]), self.deadline(1, 0), Phase.timing)
+                .fields.get("cores")}
+        self.candidate.pause()
+        refused = [f"the {side}'s window thread may run on {cores!r}" for side, cores in said.items()
+                   if cores != [core]]
+        self.obs.timing_core = core
+        self.obs.timing_core_refused = "; ".join(refused) or None
+
+    def _rounds(self) -> None:
         p, obs = self.plan, self.obs
         walls: dict[str, list[float]] = {k: [] for k in self.kinds}
         seen: dict[str, list[dict[str, Any]]] = {k: [] for k in self.kinds}

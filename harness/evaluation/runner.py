@@ -73,7 +73,7 @@ from harness.schema import (
     TrivialOutput,
 )
 from harness.submission import InvalidSubmission, check_constructor, extract
-from harness.verdicts import Phase
+from harness.verdicts import Phase, device_out_of_memory
 
 log = logging.getLogger("harness.runner")
 
@@ -222,6 +222,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
         except (TrustedFailed, ChildExited, ValidationError, KeyError, SizingFailed) as e:
             ev.keep_trusted = False
             obs.reference_error = f"{type(e).__name__}: {e}" if not isinstance(e, TrustedFailed) else str(e)
+            ev.trusted_out_of_memory(obs.reference_error)
     return ev.provenance, ev.size
 
 
@@ -390,6 +391,13 @@ class _Evaluation:
         assert self.trusted is not None and self.candidate is not None
         return gpu_sharing.memory_at_failure(self.gpu_memory, self.trusted.processes(), self.candidate.processes())
 
+    def trusted_out_of_memory(self, error: str) -> None:
+        """Where the trusted side ran out of device memory beside a candidate, the GPU's memory now, whose it is: the
+        candidate, paused, still holds what it held then (grading decides whose failure it was)."""
+        if self.candidate is not None and self.candidate.device_memory is not None and \
+                device_out_of_memory("", error) is not None:
+            self.obs.gpu_memory_at_failure = self._device_memory()
+
     def _idle_processes(self) -> list[int]:
         """The slot's own processes that run nothing now (its pool's), which a GPU's list of processes names beside
         this evaluation's: not other work (gpu_sharing.sharing)."""
@@ -406,11 +414,14 @@ class _Evaluation:
         """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the
         setting says so or this process's probe of this GPU passed), recorded in the observations."""
         assert self.provenance is not None
-        visible = self.options.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-        key = (device, self.provenance.device_name, visible)
+        key = (device, self.provenance.device_name, self._visible())
         where, self.obs.exchange_memory = exchange_probe.choose(self.settings.exchange_memory, device, key,
                                                                 self._probe_exchange)
         return where
+
+    def _visible(self) -> str:
+        """The GPUs this evaluation's children see (CUDA_VISIBLE_DEVICES as they get it)."""
+        return self.options.extra_env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 
     def _probe_exchange(self) -> str | None:
         """This process's probe of its GPU's device segments, through this evaluation's trusted process (in step:
@@ -549,7 +560,8 @@ class _Evaluation:
             most_calls=self._planned_calls(windows.most_calls(io_bytes, device)), output_bytes=prepared["output_bytes"],
             call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
-            staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms)
+            staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms,
+            core=windows.timing_core(self.settings.timing_core, device, self._visible()))
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,

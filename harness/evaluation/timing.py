@@ -9,7 +9,9 @@ the parent's window, and the outputs it keeps are checked by the trusted side.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -99,6 +101,21 @@ def touch(device: torch.device) -> None:
         probe = torch.zeros(1, device=device)
         probe.add_(1)
         synchronize(device)
+
+
+# The cores this process's threads may run on as it started: what `pin_thread(None)` gives back.
+_CORES = sorted(os.sched_getaffinity(0))
+
+
+def pin_thread(cores: list[int] | None) -> list[int]:
+    """The calling thread (the one that runs the windows and launches their kernels) kept to `cores`, or given back
+    the cores it started with (None); the cores it may run on now. Both sides' window threads on one core for the
+    timed rounds: on an H100's host, two processes of the same launch-bound network measured 0.71x-1.35x against each
+    other on two cores and 0.95x-1.04x on one (rounds.RoundsPlan.core). Where the kernel refuses (a core outside
+    the process's cgroup), the thread stays where it was."""
+    with contextlib.suppress(OSError, ValueError):
+        os.sched_setaffinity(0, cores if cores is not None else _CORES)
+    return sorted(os.sched_getaffinity(0))
 
 
 # Elements (of outputs, and as many draws) fingerprinted at once, in float64: a window's hundreds of small outputs in

@@ -304,6 +304,7 @@ class Trusted:
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.release()
+        timing.pin_thread(None)  # its own cores again, where the last evaluation's rounds did not give them back
         clock = _Clock(problem_module.resolve_device(cmd.device))
         self._build(cmd)
         # Where this evaluation's segments live: on CUDA as the runner says (exchange_probe), else the host's memory.
@@ -535,26 +536,31 @@ class Trusted:
         kept for the determinism re-run's, which is compared with it and then let go)."""
         clock = _Clock(self.device)
         i = 0 if cmd.trial is None else cmd.trial
-        exp, gt = (self.expected[i], self.ground_truth[i]) if not self.recompute[i] else (None, None)
-        got = self._take(cmd.layout, self.segments["output"], self.output_count)
-        clock.lap("read")
         if cmd.trial is None:
+            got = self._take(cmd.layout, self.segments["output"], self.output_count)
+            clock.lap("read")
             first, self.first_output = self.first_output, None
+            if self._first_on_host():
+                first = problem_module.to_device(first, self.device)
             self.determinism = self._determinism(first, got, self.taken.get(0, {}))
             clock.lap("determinism")
             return {"seconds": clock.seconds}
+        exp, gt = (self.expected[i], self.ground_truth[i]) if not self.recompute[i] else (None, None)
         made = exp is None
-        if made:
+        if made:  # before the candidate's output is read: its inputs and working memory are let go by then
             model64 = None if self._lazy_truth() else self._model64()
             exp, gt = self._trial_outputs(i, model64)
             del model64
+            clock.lap("made")
+        got = self._take(cmd.layout, self.segments["output"], self.output_count)
+        clock.lap("read")
         self.taken[i] = self._judge_got(got, exp, gt, cmd)
         if gt is None and self._lazy_truth() and compare.outside_tolerance(self.taken[i]):
             gt = self._trial_truth(i)  # an element outside the reference's tolerance: within the truth's?
             if gt is not None:
                 self.taken[i] = self._judge_got(got, exp, gt, cmd)
-        if i == 0:
-            self.first_output = got
+        if i == 0:  # where the plan says, on the host while the other trials are made and judged
+            self.first_output = problem_module.to_device(got, torch.device("cpu")) if self._first_on_host() else got
         del got
         if made and i != 0 and self.distributions[i] == "get_inputs":
             # The outputs that compute nothing, while this trial's expected output is here: the judge would make it
@@ -563,6 +569,10 @@ class Trusted:
         del exp, gt
         clock.lap("judge")
         return {"seconds": clock.seconds}
+
+    def _first_on_host(self) -> bool:
+        """Whether trial 0's output waits for the determinism re-run's on the host (memory_plan: a shrink step)."""
+        return self.plan is not None and self.plan.first_output == "host" and self.device.type == "cuda"
 
     def _lazy_truth(self) -> bool:
         """Whether the float64 truth is made only where an element needs it: where the plan makes it on the host (a
@@ -743,15 +753,15 @@ class Trusted:
             return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
         equal = all(torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.nan_to_num(), y.nan_to_num()))
                     for x, y in zip(la, lb, strict=True))
-        worst = 0.0
+        worst = torch.zeros((), dtype=torch.float64, device=self.device)  # read once: a wait per slice is not
         for x, y in zip(la, lb, strict=True):
             fx, fy = x.reshape(-1), y.reshape(-1)
             step = self._compare_slice()  # on the device, a slice at a time (compare.figures)
             for start in range(0, fx.numel(), step):
                 xd = fx[start:start + step].to(self.device).to(torch.float64)
                 yd = fy[start:start + step].to(self.device).to(torch.float64)
-                worst = max(worst, float(((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max()))
-        return {"bitwise_equal": equal, "max_rel_diff": worst}
+                worst = torch.maximum(worst, ((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max())
+        return {"bitwise_equal": equal, "max_rel_diff": float(worst)}
 
     def window(self, cmd: ReferenceWindowCommand) -> dict[str, Any]:
         """One reference window (its time is the parent's clock around this command). A kind's first window warms
@@ -960,6 +970,8 @@ def main(argv: list[str] | None = None) -> int:
                 chan.send("pong")
             elif name == "probe":
                 chan.send("probed", **probe(raw.get("device", "auto")))
+            elif name == "pin":  # the window thread kept to the timed rounds' core, or given back its own (None)
+                chan.send("pinned", cores=timing.pin_thread(raw.get("cores")))
             elif name == "wait_idle":
                 chan.send("idle", **trusted.wait_idle(float(raw.get("limit_s", 10.0))))
             elif name == "peaks":

@@ -101,6 +101,16 @@ def test_a_candidate_process_nvml_does_not_list_holds_nothing_on_the_gpu():
     assert got.candidate_bytes == 0 and got.free_bytes == 16 * GIB and got.others == []
 
 
+def test_memory_after_the_trusted_process_is_gone_is_read_on_the_candidates_gpu():
+    """The trusted side ran out of memory and exited before NVML was read: the candidate's processes name the GPU, and
+    what they hold there is counted (grading._crowded_out); another GPU's processes are not."""
+    other_gpu = gpu_sharing.DeviceMemory(total=80 * GIB, free=70 * GIB, used={7: 9 * GIB})
+    ours = gpu_sharing.DeviceMemory(total=80 * GIB, free=40 * GIB, used={200: 39 * GIB})
+    got = gpu_sharing.memory_at_failure(_memory(other_gpu, ours), TRUSTED, CANDIDATE)
+    assert (got.total_bytes, got.free_bytes, got.candidate_bytes, got.trusted_bytes, got.others) == \
+        (80 * GIB, 40 * GIB, 39 * GIB, 0, [])
+
+
 def test_memory_nvml_cannot_attribute_says_why():
     def broken() -> list[gpu_sharing.DeviceMemory]:
         raise NvmlUnavailable("NVML did not start: Driver Not Loaded")

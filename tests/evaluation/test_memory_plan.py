@@ -46,8 +46,8 @@ WIDE = _footprint([(1 << 26, "float32")], [(1 << 28, "float32")], work=1 * GIB)
 
 
 def test_the_harness_shrinks_what_it_keeps_in_order_before_anything_else():
-    """Trials kept first (down to none), then the truth to the host, then calls per window: each step only where the
-    one before did not make it fit."""
+    """Trials kept first (down to none), then the truth to the host, then trial 0's output to the host, then calls per
+    window: each step only where the one before did not make it fit."""
     def at(budget: int):
         return mp.plan(WIDE, free=budget, total=80 * GIB, budget_setting=None, reserve=0)
 
@@ -61,12 +61,16 @@ def test_the_harness_shrinks_what_it_keeps_in_order_before_anything_else():
     none_kept = mp.needs(WIDE, mp.Choice(0, "device", 3), None, 0)[0]
     host = at(none_kept - 1)  # no trial kept is not enough: the truth moves to the host
     assert host.fits and (host.trials_kept, host.truth, host.calls_per_window) == (0, "host", 3)
-    assert host.compare_slice == mp.SMALL_COMPARE_SLICE and len(host.shrunk) == 2
-    two = mp.needs(WIDE, mp.Choice(0, "host", 2), None, 0)[0]
-    calls = at(two)  # then calls per window, to the most that fit
-    assert calls.fits and (calls.trials_kept, calls.truth, calls.calls_per_window) == (0, "host", 2)
-    assert [s.split(" ")[0] for s in calls.shrunk] == ["trials", "float64", "calls"]
-    assert calls.shrunk[2] == "calls per timed window 3 -> 2"
+    assert host.compare_slice == WIDE.compare_slice and len(host.shrunk) == 2  # the widest slice fits still
+    assert host.first_output == "device"
+    two = mp.needs(WIDE, mp.Choice(0, "host", 2, first_on_host=True), None, 0)[0]
+    calls = at(two)  # then trial 0's output to the host (here its timed windows weigh more), then calls per window
+    assert calls.fits and (calls.trials_kept, calls.truth, calls.first_output, calls.calls_per_window) == \
+        (0, "host", "host", 2)
+    assert [s.split(" ")[0] for s in calls.shrunk] == ["trials", "float64", "trial", "calls"]
+    assert calls.shrunk[2] == "trial 0's output kept on the host for the determinism re-run, instead of on the device"
+    assert calls.shrunk[3] == "calls per timed window 3 -> 2"
+    assert calls.host_needs_bytes == mp.host_needs(WIDE, mp.Choice(0, "host", 2)) + WIDE.outputs
     assert calls.needs_bytes == two < none_kept < full
 
 
@@ -147,16 +151,22 @@ def test_level1_23_softmax_at_its_own_size():
         plan = mp.plan(fp, free=free, total=total, budget_setting=None, reserve=2 * GIB)
         assert plan.fits and plan.shrunk == [], plan.message
         assert (plan.trials_kept, plan.truth, plan.calls_per_window) == (0, "device", 1)
-        # The truth's forward beside the float32 input and output: 6 + 6 + 12 + 12 GiB.
+        # The truth's forward beside the float32 input and output: 6 + 6 + 12 + 12 GiB; at each trial's take, trial
+        # 0's output (6 GiB) beside it, held for the determinism re-run's.
         assert plan.phases_bytes["trusted_prepare"] == plan.phases_bytes["trusted_judge"] == 36 * GIB
+        assert plan.phases_bytes["trusted_trials"] == 42 * GIB
         # Its copy of the input, output and snapshot, or the poisoned quarter of the free memory where larger.
         candidate = max(min(24 * GIB, free // 4), 18 * GIB)
         assert plan.phases_bytes["candidate_trials"] == candidate
-        assert plan.needs_bytes == 38 * GIB + candidate
+        assert plan.needs_bytes == 44 * GIB + candidate
     # On a card with 48 GiB free the truth goes to the host: the trusted side then holds its float32 call alone
-    # (the input, the expected output, and the stochastic check's second output).
+    # (the input, the expected output, and the stochastic check's second output) and trial 0's output.
     small = mp.plan(fp, free=48 * GIB, total=48 * GIB, budget_setting=None, reserve=2 * GIB)
-    assert small.fits and small.truth == "host" and small.needs_bytes == 18 * GIB + 18 * GIB + 2 * GIB
+    assert small.fits and small.truth == "host" and small.first_output == "device"
+    # Compared in the widest slices that fit: the device's 64M elements, 7 GiB of temporaries beside the two outputs
+    # and trial 0's.
+    assert small.compare_slice == fp.compare_slice
+    assert small.needs_bytes == (6 + 12 + 7) * GIB + 18 * GIB + 2 * GIB <= 48 * GIB
 
 
 # The H100 80GB where level1/96 and level1/23 ran at their own sizes: 79.18 GiB in all, 78.57 GiB free with the
@@ -330,3 +340,39 @@ def test_level1_45_fits_the_h100_with_one_copy_of_its_input_a_side():
     assert max(v for k, v in plan.phases_bytes.items() if k.startswith("trusted_")) < 33 * GIB
     assert plan.candidate_bytes < 20 * GIB  # one copy of the input, or the poisoned quarter of the free memory
     assert plan.needs_bytes <= 78.66 * GIB
+
+
+def test_level1_39_holds_trial_0s_output_on_the_host_to_fit_the_h100():
+    """KernelBench's level1/39 (L2 norm of a (32768, 65535) float32 tensor: 8 GiB in, 8 GiB out). On the H100 the plan
+    said it fit in 74 GiB with 24 the trusted side's, and the trusted side ran out of memory in its first take holding
+    24.1 GiB and asking for 8 more: the candidate's output read, then the trial's input and expected output made
+    again beside it. The take now makes the expected output first (its input let go before the output is read), and
+    the plan counts trial 0's output, held to the determinism re-run's, beside every later take: 32 GiB there, which
+    does not fit beside the candidate's 24 and the segments' 24; kept on the host instead, it does."""
+    n = 32768 * 65535
+    io = [(n, "float32")]
+    fp = mp.replace(_footprint(io, io, work=4 * n, **DEVICE_EXCHANGE), inputs_made=2 * 4 * n)
+    old = mp.Choice(0, "host", 1)
+    # Trial 0's output; the next trial's input made again, two of its size while it is drawn, then its expected output.
+    assert mp.trusted_phases(fp, old)["trials"] == 4 * (4 * n)
+    plan = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=120 * GIB)
+    assert plan.fits, plan.message
+    assert (plan.trials_kept, plan.truth, plan.first_output, plan.calls_per_window) == (0, "host", "host", 1)
+    assert plan.phases_bytes["trusted_trials"] == 3 * (4 * n) and plan.host_needs_bytes == 4 * n
+    assert "on the host it needs 8.00 GiB (trial 0's output)" in plan.message
+    assert plan.needs_bytes <= H100_MEASURED[0]
+    # Compared in the widest slices that fit, here the device's (1M-element slices took 9 s a take there).
+    assert plan.compare_slice == fp.compare_slice
+
+
+def test_a_truth_on_the_host_is_compared_in_the_widest_slices_that_fit():
+    """Where the truth moved to the host, the slices grow from 1M elements, doubling while the plan still fits."""
+    n = 4096 * 393216
+    fp = _footprint([(n, "float32")], [(n, "float32")], work=4 * n)
+    plan = mp.plan(fp, free=int(38.5 * GIB), total=48 * GIB, budget_setting=None, reserve=2 * GIB)
+    assert plan.fits and plan.truth == "host" and plan.first_output == "host"
+    assert mp.SMALL_COMPARE_SLICE < plan.compare_slice < fp.compare_slice
+    chosen = mp.Choice(0, "host", plan.calls_per_window, first_on_host=True, compare_slice=plan.compare_slice)
+    assert mp.needs(fp, chosen, plan.budget_bytes, 2 * GIB)[0] == plan.needs_bytes <= 38.5 * GIB
+    wider = mp.replace(chosen, compare_slice=2 * plan.compare_slice)
+    assert mp.needs(fp, wider, plan.budget_bytes, 2 * GIB)[0] > 38.5 * GIB

@@ -46,6 +46,7 @@ class FakeTrusted:
         self.eager_seeds: list[int] = []
         self.deferred = 0
         self.pending: str | None = None
+        self.pins: list[list[int] | None] = []  # the cores of each pin command, in order (None: its own again)
 
     def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
                    ) -> tuple[float, dict[str, Any]]:
@@ -94,6 +95,9 @@ class FakeTrusted:
             return {}
         if command["cmd"] == "wait_idle":
             return self.idle.pop(0) if self.idle else {"waited_ms": 0.06, "busy": False}
+        if command["cmd"] == "pin":
+            self.pins.append(command["cores"])
+            return {"cores": command["cores"] or [0, 1, 2, 3]}
         assert command["cmd"] == "check_handover"
         if command["defer"]:
             self.deferred += len(command["layouts"])
@@ -125,12 +129,16 @@ class FakeCandidate:
         self.events: list[str] = []
         self.lead_ins: list[Any] = []
         self.segment: Callable[[], list[int]] = lambda: []
+        self.cores = [0, 1, 2, 3]  # the cores its thread may be kept to
 
     def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
         self.events.append(f"candidate {command.cmd}" + (" (clock from resume)" if clock_from_resume else ""))
         if command.cmd == "lead_in":
             self.lead_ins.append(command)
             return Message("led_in", {}, self.sent_at + 0.01)
+        if command.cmd == "pin":  # a candidate whose cgroup holds other cores is kept to those
+            return Message("pinned", {"cores": [c for c in command.cores if c in self.cores] or self.cores},
+                           self.sent_at + 0.001)
         if command.cmd == "window":
             self.windows.append(len(command.forward_seeds))
             # Staged: its inputs are what the window segment holds (the fake trusted side's, given it by the test).
@@ -167,12 +175,12 @@ class FakeCandidate:
 
 def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
-            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False
-            ) -> tuple[TimedRounds, list[str]]:
+            traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False,
+            core: int | None = None) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
                       output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced, staged=staged,
-                      lead_in_ms=20.0 if staged else 0.0)
+                      lead_in_ms=20.0 if staged else 0.0, core=core)
     candidate.events = trusted.events  # one list: the order of both sides' commands
     candidate.segment = lambda: trusted.segment
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
@@ -478,3 +486,34 @@ def test_windows_that_make_their_own_inputs_start_with_the_candidate_woken_off_t
     trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "cpu")
     _rounds(tmp_path, trusted, candidate, staged=False)[0].run()
     assert not candidate.lead_ins
+
+
+def test_both_sides_window_threads_are_kept_to_the_plans_core_for_the_rounds_and_the_trusted_side_let_go_after(
+        tmp_path):
+    """Before the first window, the trusted side and the candidate are each told the plan's core (the candidate
+    paused again after); after the last, the trusted side gets its own cores back. Without a core, nothing is said."""
+    trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "o")
+    rounds, _ = _rounds(tmp_path, trusted, candidate, device="cuda", core=3)
+    rounds.run()
+    events = trusted.events
+    assert events[:3] == ["trusted pin", "candidate pin", "candidate paused"], events[:5]
+    assert events.index("candidate pin") < events.index("candidate window")
+    assert trusted.pins == [[3], None] and events[-1] == "trusted pin"
+    assert rounds.obs.timing_core == 3 and rounds.obs.timing_core_refused is None
+    plain_trusted, plain = FakeTrusted(), FakeCandidate(tmp_path / "p")
+    unpinned, _ = _rounds(tmp_path, plain_trusted, plain, device="cuda")
+    unpinned.run()
+    assert plain_trusted.pins == [] and "candidate pin" not in plain_trusted.events
+    assert unpinned.obs.timing_core is None
+
+
+def test_a_side_that_cannot_be_kept_to_the_core_is_said_and_timed_where_it_runs(tmp_path):
+    """A candidate whose cgroup holds cores 0-1 only, told core 3: its reply names where it may run, and the rounds go
+    on; the observations say which side was not kept there."""
+    candidate = FakeCandidate(tmp_path / "o")
+    candidate.cores = [0, 1]
+    rounds, _ = _rounds(tmp_path, FakeTrusted(), candidate, device="cuda", core=3)
+    rounds.run()
+    assert rounds.obs.timing_core == 3
+    assert rounds.obs.timing_core_refused == "the candidate's window thread may run on [0, 1]"
+    assert rounds.obs.candidate_timing is not None and rounds.obs.candidate_timing.n == 5

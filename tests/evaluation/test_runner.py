@@ -42,6 +42,18 @@ def test_staged_windows_take_inputs_made_before_them_and_pass_as_unstaged(settin
     assert o.memory_plan is not None and o.memory_plan.phases_bytes["trusted_windows"] > 0
 
 
+def test_both_sides_window_threads_kept_to_one_core_for_the_rounds_and_the_submission_still_passes(settings,
+                                                                                                  registry):
+    """With a timing core named, both processes are told it before the rounds (each keeps its window thread there,
+    timing.pin_thread) and the honest submission passes as without; the observations name the core."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    kept = settings.model_copy(update={"timing_core": str(core)})
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), kept)
+    assert r.verdict == Verdict.passed, r.message
+    assert r.observations.timing_core == core and r.observations.timing_core_refused is None
+
+
 def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixture):
     r = run_fixture("level2/75", "l75_pytorch_correct.py")
     assert r.verdict == Verdict.passed, r.message

@@ -378,3 +378,27 @@ def test_what_the_trusted_side_keeps_of_a_trial_is_what_the_plan_counts(tmp_path
     linear = torch.nn.Linear(4, 2)
     out = linear(torch.rand(3, 4))
     assert trusted.compact(out) is out and trusted.compact([out])[0] is out
+
+
+def test_a_take_makes_the_expected_output_before_it_reads_the_candidates(tmp_path, monkeypatch):
+    """level1/39 at its own size ran the trusted side out of device memory in its first take: the candidate's 8 GiB
+    output was read first, then the trial's input and expected output were made beside it. With nothing kept, each
+    take now makes the trial's expected output first (its input let go with it), then reads the candidate's; and
+    trial 0's output waits for the determinism re-run's where the plan puts it (on the host, `_first_on_host`),
+    brought back to the device for that comparison alone."""
+    order: list[str] = []
+    made, read = trusted.Trusted._trial_outputs, trusted.Trusted._take
+    monkeypatch.setattr(trusted.Trusted, "_trial_outputs",
+                        lambda self, i, m: order.append(f"made {i}") or made(self, i, m))
+    monkeypatch.setattr(trusted.Trusted, "_take", lambda self, *a: order.append("read") or read(self, *a))
+    moved: list[str] = []
+    to_device = problem_module.to_device
+    monkeypatch.setattr(trusted.problem_module, "to_device",
+                        lambda obj, device: moved.append(device.type) or to_device(obj, device))
+    monkeypatch.setattr(trusted.Trusted, "_first_on_host", lambda self: True)
+    _, _, judged = _judge(tmp_path, 0, monkeypatch, _reference)
+    takes = [e for e in order if e == "read" or e.startswith("made")]
+    # Trials 0-2 and the extra distribution's trial 3, each made then read; the determinism re-run is only read.
+    assert takes[:9] == ["made 0", "read", "made 1", "read", "made 2", "read", "made 3", "read", "read"], order
+    assert judged["determinism"]["bitwise_equal"]
+    assert "cpu" in moved  # trial 0's output went to the host's memory and came back for the re-run's comparison

@@ -229,3 +229,31 @@ def test_a_lead_in_of_no_call_only_touches_the_device(monkeypatch):
     timing.lead_in(fn, x, 3, torch.device("cpu"), None)
     assert len(touched) == 1 and len(called) == 3
     timing.touch(torch.device("cpu"))  # the real one: nothing to do on the CPU
+
+
+def test_the_timing_core_is_one_of_this_processs_cores_by_the_gpu_and_none_off_cuda():
+    """On CUDA, 'auto' keeps GPU 0's rounds on this process's last core, GPU 1's on the one before (slots on one host
+    keep apart), wrapping round; a number is that core; 'off', and 'auto' on the CPU, keep none."""
+    cores = [0, 1, 2, 3]
+    assert windows.timing_core("auto", "cuda", "", cores) == 3
+    assert windows.timing_core("auto", "cuda", "0", cores) == 3
+    assert windows.timing_core("auto", "cuda", "1,2", cores) == 2
+    assert windows.timing_core("auto", "cuda", "5", cores) == 2
+    assert windows.timing_core("auto", "cuda", "GPU-3f2a", cores) == 3  # a UUID names no index: the first slot's
+    assert windows.timing_core("7", "cuda", "0", cores) == 7
+    assert windows.timing_core("off", "cuda", "0", cores) is None
+    assert windows.timing_core("auto", "cpu", "", cores) is None
+    assert windows.timing_core("2", "cpu", "", cores) == 2
+
+
+def test_a_window_thread_is_kept_to_a_core_and_given_back_its_own():
+    """timing.pin_thread: the calling thread on the cores named, then on those it started with; a core the kernel
+    refuses leaves it where it was (its cores said)."""
+    from harness.evaluation import timing
+
+    own = sorted(os.sched_getaffinity(0))
+    try:
+        assert timing.pin_thread([own[-1]]) == [own[-1]] == sorted(os.sched_getaffinity(0))
+        assert timing.pin_thread([10**6]) == [own[-1]]  # no such core: refused, kept where it was
+    finally:
+        assert timing.pin_thread(None) == own
