@@ -176,7 +176,7 @@ def _iqr(values: list[float]) -> float:
 def timing_core(setting: str, device: str, visible: str, cores: list[int] | None = None) -> int | None:
     """The core both sides' window threads are kept to for the timed rounds (Settings.timing_core), on CUDA only:
     a launch-bound network timed in two processes whose threads ran on two cores of an H100's host measured
-    0.71x-1.35x against itself, on one core 0.95x-1.04x (the host slows its cores apart, by up to 1.9x between them
+    0.71x-1.35x against itself, on one core 0.89x-1.04x (the host slows its cores apart, by up to 1.9x between them
     at a moment). 'auto' takes this process's last core for the first GPU `visible` names, the one before for the
     next, so that slots on different GPUs of one host keep apart; a number names the core, on any device. None: not
     kept ('off', and 'auto' on the CPU, where nothing of it was measured)."""
