@@ -146,6 +146,11 @@ def main() -> int:
                    # The host's load around the evaluation (1-minute averages): others' work on the same cores.
                    "load_before": load_before, "load_after": os.getloadavg()[0], "waited_for_quiet_s": waited_s,
                    "commit": current_commit(),
+                   # Each timed window's fingerprint figures, in round order: what the charges were made of
+                   # (windows.fingerprint_charges), so that another rule can be tried on the same windows.
+                   "fingerprints": o.timed_outputs.model_dump(include={
+                       "fingerprint_ms", "fingerprint_latency_ms", "reference_fingerprint_ms",
+                       "reference_fingerprint_own_ms", "handover_slack_ms"}) if o.timed_outputs else None,
                    "message": r.message[:300]}
             for kind, t in (("candidate", o.candidate_timing), ("eager", o.eager_timing)):
                 row.update({f"{kind}_{key}": getattr(t, figure) if t else None for key, figure in FIGURES.items()})

@@ -126,8 +126,8 @@ class TimedRounds:
                 "candidate": self.candidate.request(Pin(cores=[core]), self.deadline(1, 0), Phase.timing)
                 .fields.get("cores")}
         self.candidate.pause()
-        refused = [f"the {side}'s window thread may run on {cores!r}" for side, cores in said.items()
-                   if cores != [core]]
+        refused = [f"the {side}'s window thread may run on {repr(cores)[:200]}" for side, cores in said.items()
+                   if cores != [core]]  # the candidate's words: hostile data, shown bounded
         self.obs.timing_core = core
         self.obs.timing_core_refused = "; ".join(refused) or None
 

@@ -517,3 +517,14 @@ def test_a_side_that_cannot_be_kept_to_the_core_is_said_and_timed_where_it_runs(
     assert rounds.obs.timing_core == 3
     assert rounds.obs.timing_core_refused == "the candidate's window thread may run on [0, 1]"
     assert rounds.obs.candidate_timing is not None and rounds.obs.candidate_timing.n == 5
+
+
+def test_a_candidate_that_answers_the_pin_with_anything_is_said_bounded_and_timed(tmp_path):
+    """Its reply is its own words: a megabyte where its cores should be is shown cut to 200 characters."""
+    candidate = FakeCandidate(tmp_path / "o")
+    candidate.cores = ["x" * (1 << 20)]  # type: ignore[list-item]
+    rounds, _ = _rounds(tmp_path, FakeTrusted(), candidate, device="cuda", core=3)
+    rounds.run()
+    refused = rounds.obs.timing_core_refused or ""
+    assert refused.startswith("the candidate's window thread may run on ['xxx") and len(refused) < 300
+    assert rounds.obs.candidate_timing is not None
