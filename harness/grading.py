@@ -300,14 +300,19 @@ def _crowded_out(obs: Observations) -> str | None:
     The parent read the GPU's memory from NVML when the trusted side failed (obs.gpu_memory_at_failure), the
     candidate paused and holding what it held. It is the submission's where the candidate's processes held more
     than the memory plan gave them (its phases' peak and the reserve): a process that keeps device memory it no
-    longer uses, or takes more than its kernels need, cannot make the harness blame itself. Within its share, or
-    where NVML gave no figures, the failure stays the harness's."""
+    longer uses, or takes more than its kernels need, cannot make the harness blame itself. Within its share, where
+    NVML gave no figures, or where other processes held more than the plan left outside the evaluation's budget (a
+    GPU shared with work that came after the plan), the failure stays the harness's."""
     plan, seen = obs.memory_plan, obs.gpu_memory_at_failure
     if plan is None or seen is None or seen.candidate_bytes is None or device_out_of_memory(
             "", obs.reference_error or "") is None:
         return None
     share = _candidate_share(plan)
     if share is None or seen.candidate_bytes <= share:
+        return None
+    total = seen.total_bytes or plan.total_bytes
+    outside = total - plan.budget_bytes if total is not None and plan.budget_bytes is not None else None
+    if seen.others_bytes and (outside is None or seen.others_bytes > outside):
         return None
     return (f"the harness's side ran out of device memory while the candidate's processes held "
             f"{_gib(seen.candidate_bytes)}, more than the {_gib(share)} the memory plan gave them (NVML at the "

@@ -151,11 +151,13 @@ def test_the_harness_crowded_out_by_a_candidate_past_its_share_is_the_submission
 
 def test_the_harness_running_out_beside_a_candidate_within_its_share_is_the_harnesss():
     """The honest twin: level1/39's A/A copy held 26.7 GiB, its share then 26; now within its share, the plan's
-    miscount is the harness's own (infra_error), as are a trusted failure that is no out-of-memory error and one
-    where NVML could not say what the candidate held."""
+    miscount is the harness's own (infra_error), as are a trusted failure that is no out-of-memory error, one where
+    NVML could not say what the candidate held, and one on a GPU where other processes took the room the plan left."""
     for obs in (_trusted_failed(_nvml(candidate=20.0, free=3.75, trusted=48.7)),
                 _trusted_failed(_nvml(candidate=40.0, free=1.0, trusted=36.0), "the trusted process failed: KeyError"),
                 _trusted_failed(GpuMemoryAtFailure(unknown="NVML could not be started")),
-                _trusted_failed(None)):
+                _trusted_failed(None),
+                # Past its share, but beside a co-tenant holding more than the plan left outside the evaluation's 70.
+                _trusted_failed(_nvml(candidate=30.0, free=0.5, trusted=20.0, others=28.0))):
         g = grade(obs, TOL)
         assert g.verdict == Verdict.infra_error and g.message.startswith("the harness's reference side failed")

@@ -17,7 +17,8 @@ keeps itself, in this order:
   1. trials kept from the prepare to the judge (their expected outputs and float64 truths), down to none: each is
      then made again at the judge, one trial on the device at a time;
   2. the float64 truth: computed on the host, only for an output outside the reference's tolerance, and compared
-     on the device a small slice at a time, instead of computed and held whole on the device for every trial;
+     on the device a slice at a time (the widest slice that fits, once the rest is chosen), instead of computed and
+     held whole on the device for every trial;
   3. trial 0's output, which waits for the determinism re-run's while the other trials are made and judged: kept on
      the host instead of the device;
   4. calls per timed window (each call's inputs and kept outputs are held until the window's fingerprint), down
