@@ -353,7 +353,8 @@ def test_level1_39_holds_trial_0s_output_on_the_host_to_fit_the_h100():
     io = [(n, "float32")]
     fp = mp.replace(_footprint(io, io, work=4 * n, **DEVICE_EXCHANGE), inputs_made=2 * 4 * n)
     old = mp.Choice(0, "host", 1)
-    # Trial 0's output; the next trial's input made again, two of its size while it is drawn, then its expected output.
+    # Trial 0's output held, beside a later trial made again: its input, its expected output and the stochastic
+    # check's second one (8 GiB each).
     assert mp.trusted_phases(fp, old)["trials"] == 4 * (4 * n)
     plan = mp.plan(fp, *H100_MEASURED, budget_setting=None, reserve=2 * GIB, host_available=120 * GIB)
     assert plan.fits, plan.message
