@@ -109,10 +109,9 @@ _CORES = sorted(os.sched_getaffinity(0))
 
 def pin_thread(cores: list[int] | None) -> list[int]:
     """The calling thread (the one that runs the windows and launches their kernels) kept to `cores`, or given back
-    the cores it started with (None); the cores it may run on now. Both sides' window threads on one core for the
-    timed rounds: on an H100's host, two processes of the same launch-bound network measured 0.71x-1.35x against each
-    other on two cores and 0.89x-1.04x on one (rounds.RoundsPlan.core). Where the kernel refuses (a core outside
-    the process's cgroup), the thread stays where it was."""
+    the cores it started with (None); the cores it may run on now. Both sides call it for the timed rounds, on the
+    core windows.timing_core chooses (why: its docstring). Where the kernel refuses (a core outside the process's
+    cgroup), the thread stays where it was."""
     with contextlib.suppress(OSError, ValueError):
         os.sched_setaffinity(0, cores if cores is not None else _CORES)
     return sorted(os.sched_getaffinity(0))
