@@ -130,7 +130,11 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
     row = rows["level2/2"]
     assert {"reference_start", "timed_windows"} <= set(row["phases"]) and row["phases"]["timed_windows"] > 0
     assert set(row["clocks"]) == {"candidate", "eager"}
-    assert row["clocks"]["candidate"]["median_ms"] > 0 and row["clocks"]["eager"]["n"] >= 3
+    assert all(set(c) == set(sc.CLOCK_FIELDS) for c in row["clocks"].values())
+    assert row["clocks"]["eager"]["n"] >= 3 and row["clocks"]["candidate"]["overhead_ms"] > 0
+    # A call of 0.3 ms beside 1 ms a call of making its inputs (this size, on a loaded 2-core host) can time at 0:
+    # then the row says its time is lost in the empty windows' noise rather than rank it.
+    assert row["clocks"]["candidate"]["median_ms"] > 0 or "timing_unreliable" in row["flags"], row
     size = rows["level2/2"]["size"]
     # "passed", or "passed (timing_unreliable)" where this host was too busy for its windows.
     assert f"| level2/2 `2_Gemm_NoDropout` | `{size}` | passed" in md_path.read_text()
