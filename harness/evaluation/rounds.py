@@ -195,7 +195,7 @@ class TimedRounds:
                 staged = self._stage(seeds) and self._candidate_lead_in(calls)
                 if staged:
                     phase("lead_ins")
-                elif self.plan.device == "cuda":
+                else:
                     self._wake_candidate()
                     phase("lead_ins")
                 if r == traced:
@@ -263,12 +263,14 @@ class TimedRounds:
         return True
 
     def _wake_candidate(self) -> None:
-        """Before a CUDA window whose process makes its own inputs, off the clock: the paused candidate continued, and
-        its GPU context made the one the device last ran (`timing.touch`), as the trusted side's idle probe makes its
-        own right before each reference window (`wait_idle`). Not on the CPU, where nothing of it was measured.
-        Without it the candidate's one-call windows of level1/19, 43, 47 and 48 on an H100 came out 0.92x-0.94x
-        in an A/A with equal CUDA-event times per call: its first kernels waited on the GPU's switch from the
-        trusted side's context."""
+        """Before a window whose process makes its own inputs, off the clock: the paused candidate continued, and on
+        CUDA its GPU context made the one the device last ran (`timing.touch`), as the trusted side's idle probe makes
+        its own right before each reference window (`wait_idle`); its window then starts, as the trusted side's
+        does, in a process that is running. Without it the candidate's one-call windows of level1/19, 43, 47 and 48
+        on an H100 came out 0.92x-0.94x in an A/A with equal CUDA-event times per call: its first kernels waited on
+        the GPU's switch from the trusted side's context. On the 2-core CPU VM (cgroup v1 freezer) the continue
+        itself, on the clock, made the candidate's round trip 1.1-3.0 ms in 14 of 27 A/A runs, where the trusted
+        side's was 0.32-0.43 ms (README, "Timing on the CPU")."""
         self.candidate.request(LeadIn(calls=0), self.deadline(1, 0), Phase.timing)
 
     def _lead_calls(self, calls: int) -> int:
