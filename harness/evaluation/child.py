@@ -324,9 +324,9 @@ class _Session:
         assert self.model is not None
         # On the inputs of the last window (none before the first): the segment's other bytes may be no inputs yet.
         # The last window's outputs (kept for its fingerprint and hand-over, both done) let go here, off the clock, as
-        # the trusted side lets eager's go when it fingerprints them. Freed at the start of the next window, on the
-        # 2-core CPU VM, they put the candidate's round trip at 1.1-3.0 ms in half the A/A runs (the trusted side's:
-        # 0.3-0.5 ms); here, at 0.3-0.4 ms in most.
+        # the trusted side lets eager's go when it fingerprints them. Let go at the start of the next window, on the
+        # 2-core CPU VM, they put the candidate's round trip over 1 ms in 11 of 30 A/A runs (the trusted side's:
+        # 0.32-0.50 ms); here, in 2 of 30.
         self.kept = []
         timing.lead_in(self.model, self.window_inputs, cmd.calls, self.device, self.flush if cmd.flush_l2 else None)
         if cmd.layout is not None:

@@ -268,9 +268,10 @@ class TimedRounds:
         its own right before each reference window (`wait_idle`); its window then starts, as the trusted side's
         does, in a process that is running. Without it the candidate's one-call windows of level1/19, 43, 47 and 48
         on an H100 came out 0.92x-0.94x in an A/A with equal CUDA-event times per call: its first kernels waited on
-        the GPU's switch from the trusted side's context. On the 2-core CPU VM (cgroup v1 freezer) the continue
-        itself, on the clock, made the candidate's round trip 1.1-3.0 ms in 14 of 27 A/A runs, where the trusted
-        side's was 0.32-0.43 ms (README, "Timing on the CPU")."""
+        the GPU's switch from the trusted side's context. On every device the wake is also where the candidate lets
+        its last window's outputs go (child `lead_in`): on the 2-core CPU VM, let go at the start of its next window
+        instead, they put its round trip over 1 ms (up to 3.3) in 11 of 30 A/A runs, where the trusted side's was
+        0.32-0.50 ms (README, "Timing on the CPU")."""
         self.candidate.request(LeadIn(calls=0), self.deadline(1, 0), Phase.timing)
 
     def _lead_calls(self, calls: int) -> int:

@@ -482,8 +482,8 @@ def test_windows_that_make_their_own_inputs_start_with_the_candidate_woken_off_t
     assert len(windows) == 8  # the sizing window, 2 warm-up rounds and 5 timed
     assert all(ev[i - 1] == "candidate lead_in" for i in windows[1:]) and ev[windows[0] - 1] != "candidate lead_in"
     assert [c.calls for c in candidate.lead_ins] == [0] * 7 and not trusted.lead_in_calls
-    # On the CPU too: there the continue from the freezer, on the clock, cost the candidate's windows 1-3 ms that
-    # the trusted side's never paid.
+    # On the CPU too: the wake is where the candidate lets its last window's outputs go, off the clock (letting them
+    # go in the window cost its round trip 1-3 ms in a third of the CPU A/A runs).
     trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "cpu")
     _rounds(tmp_path, trusted, candidate, staged=False)[0].run()
     assert [c.calls for c in candidate.lead_ins] == [0] * 7

@@ -233,8 +233,8 @@ def test_a_lead_in_of_no_call_only_touches_the_device(monkeypatch):
 
 def test_the_candidates_lead_in_lets_the_last_windows_outputs_go_off_the_clock():
     """The candidate keeps a window's outputs for its fingerprint and hand-over; its wake (or lead-in) before the next
-    window lets them go, so the window's clock never pays for unmapping them (1.1-3.0 ms a window on the 2-core CPU
-    VM, in the candidate's windows only: the trusted side lets eager's go when it fingerprints them)."""
+    window lets them go, so the window's clock never pays for it (on the 2-core CPU VM it put the candidate's round
+    trip over 1 ms in a third of the A/A runs; the trusted side lets eager's go when it fingerprints them)."""
     import types
 
     import torch
