@@ -302,21 +302,44 @@ def _crowded_out(obs: Observations) -> str | None:
     than the memory plan gave them (its phases' peak and the reserve): a process that keeps device memory it no
     longer uses, or takes more than its kernels need, cannot make the harness blame itself. Within its share, where
     NVML gave no figures, or where other processes held more than the plan left outside the evaluation's budget (a
-    GPU shared with work that came after the plan), the failure stays the harness's."""
+    GPU shared with work that came after the plan), the failure stays the harness's.
+
+    Before the plan is made (the trusted side's first trial, while the candidate constructs), or where the plan it
+    made did not fit (it counted what the candidate held then as taken), the candidate's share is what constructing
+    needs (`_share_before_plan`), and other processes may hold no more than the reserve."""
     plan, seen = obs.memory_plan, obs.gpu_memory_at_failure
-    if plan is None or seen is None or seen.candidate_bytes is None or device_out_of_memory(
-            "", obs.reference_error or "") is None:
+    unplanned = plan is not None and not plan.fits
+    if seen is None or seen.candidate_bytes is None or (
+            not unplanned and device_out_of_memory("", obs.reference_error or "") is None):
         return None
-    share = _candidate_share(plan)
+    if plan is None or unplanned:
+        share, why = _share_before_plan(obs)
+        outside = obs.memory_reserve_bytes
+    else:
+        share, why = _candidate_share(plan), "the memory plan gave them"
+        total = seen.total_bytes or plan.total_bytes
+        outside = total - plan.budget_bytes if total is not None and plan.budget_bytes is not None else None
     if share is None or seen.candidate_bytes <= share:
         return None
-    total = seen.total_bytes or plan.total_bytes
-    outside = total - plan.budget_bytes if total is not None and plan.budget_bytes is not None else None
     if seen.others_bytes and (outside is None or seen.others_bytes > outside):
         return None
-    return (f"the harness's side ran out of device memory while the candidate's processes held "
-            f"{_gib(seen.candidate_bytes)}, more than the {_gib(share)} the memory plan gave them (NVML at the "
-            f"failure; the harness's side held {_gib(seen.trusted_bytes or 0)}, {_gib(seen.free_bytes or 0)} free)")
+    ran_out = "found too little device memory to plan" if unplanned else "ran out of device memory"
+    return (f"the harness's side {ran_out} while the candidate's processes held {_gib(seen.candidate_bytes)}, more "
+            f"than the {_gib(share)} {why} (NVML at the failure; the harness's side held "
+            f"{_gib(seen.trusted_bytes or 0)}, {_gib(seen.free_bytes or 0)} free)")
+
+
+def _share_before_plan(obs: Observations) -> tuple[int | None, str]:
+    """What a candidate may hold on the device before the memory plan is made, and its wording: twice the
+    reference's parameters and buffers (its own, and the reference's as it loads them, or a second layout of its
+    weights a kernel keeps) and the plan's reserve (its CUDA context, library workspaces). A candidate that takes
+    more while it constructs, before anything has told it what a call needs, crowds out the harness's side on its
+    own account. None where the reserve was not recorded (a result stored before)."""
+    if obs.memory_reserve_bytes is None:
+        return None, ""
+    params = obs.reference_parameter_bytes or 0
+    return 2 * params + obs.memory_reserve_bytes, (f"a candidate may hold before the memory plan is made (twice the "
+                                                    f"reference's parameters, {_gib(params)}, and the reserve)")
 
 
 def _gib(n: int) -> str:

@@ -398,6 +398,10 @@ class Observations(BaseModel):
     speed_of_light: SpeedOfLight | None = None
     # Results stored before there was a plan have none.
     memory_plan: MemoryPlan | None = None
+    # What a candidate may hold on a GPU before the plan is made (grading._share_before_plan): the reference's
+    # parameters and buffers as built (bytes; None before it was built) and the plan's reserve (on CUDA only).
+    reference_parameter_bytes: int | None = None
+    memory_reserve_bytes: int | None = None
     # Set where the candidate reported running out of device memory on CUDA (grading._device_out_of_memory).
     gpu_memory_at_failure: GpuMemoryAtFailure | None = None
     log_tail: str = ""

@@ -161,3 +161,47 @@ def test_the_harness_running_out_beside_a_candidate_within_its_share_is_the_harn
                 _trusted_failed(_nvml(candidate=30.0, free=0.5, trusted=20.0, others=28.0))):
         g = grade(obs, TOL)
         assert g.verdict == Verdict.infra_error and g.message.startswith("the harness's reference side failed")
+
+
+# The plan the trusted side made while a candidate held most of the device: too little was free to plan on.
+UNPLANNED = PLAN.model_copy(update={"fits": False, "free_bytes": int(0.6 * GIB), "budget_bytes": int(0.6 * GIB),
+                                    "message": "needs 2.90 GiB (...), has 0.60 GiB"})
+UNPLANNED_ERROR = f"the trusted process failed: the evaluation does not fit on the device: {UNPLANNED.message}"
+
+
+def _before_plan(seen: GpuMemoryAtFailure | None, plan: MemoryPlan | None = None, error: str = TRUSTED_OOM,
+                 parameters: float | None = 0.25, reserve: float | None = 2.0) -> Observations:
+    return Observations(memory_plan=plan, gpu_memory_at_failure=seen, reference_error=error,
+                        reference_parameter_bytes=None if parameters is None else int(parameters * GIB),
+                        memory_reserve_bytes=None if reserve is None else int(reserve * GIB))
+
+
+def test_a_candidate_that_takes_the_device_while_it_constructs_crowds_out_the_harness_on_its_own_account():
+    """Before the plan exists (the trusted side's first trial runs beside the candidate's constructor) a candidate may
+    hold twice the reference's parameters and the reserve (2.5 GiB here): one that took 70 GiB in its constructor,
+    and the trusted side then ran out of memory, or found too little to plan on, is the submission's runtime_error."""
+    g = grade(_before_plan(_nvml(candidate=70.0, free=0.3, trusted=8.5)), TOL)
+    assert g.verdict == Verdict.runtime_error
+    assert g.message.startswith("the harness's side ran out of device memory while the candidate's processes held "
+                                "70.00 GiB, more than the 2.50 GiB a candidate may hold before the memory plan is "
+                                "made (twice the reference's parameters, 0.25 GiB, and the reserve)")
+    g = grade(_before_plan(_nvml(candidate=78.0, free=0.6, trusted=0.6), UNPLANNED, UNPLANNED_ERROR), TOL)
+    assert g.verdict == Verdict.runtime_error
+    assert g.message.startswith("the harness's side found too little device memory to plan while the candidate's "
+                                "processes held 78.00 GiB")
+
+
+def test_a_candidate_within_what_constructing_needs_leaves_a_failure_before_the_plan_the_harnesss():
+    """The honest twins: a candidate holding its CUDA context and its weights twice over (a kernel that keeps them in
+    a second layout), 2.4 GiB; the same past its share beside a co-tenant holding more than the reserve; figures
+    that NVML could not give; and a result stored before the reserve was recorded. Each stays infra_error."""
+    for obs in (_before_plan(_nvml(candidate=2.4, free=0.3, trusted=76.0)),
+                _before_plan(_nvml(candidate=2.4, free=0.6, trusted=0.6), UNPLANNED, UNPLANNED_ERROR),
+                _before_plan(_nvml(candidate=30.0, free=0.3, trusted=20.0, others=28.0)),
+                _before_plan(GpuMemoryAtFailure(unknown="NVML could not be started")),
+                _before_plan(_nvml(candidate=70.0, free=0.3, trusted=8.5), reserve=None)):
+        g = grade(obs, TOL)
+        assert g.verdict == Verdict.infra_error and g.message.startswith("the harness's reference side failed"), obs
+    # Before the reference was built its parameters are not known: the reserve alone is the share.
+    assert grade(_before_plan(_nvml(candidate=2.4, free=0.3, trusted=76.0), parameters=None), TOL).verdict == \
+        Verdict.runtime_error

@@ -197,7 +197,7 @@ class TimedRounds:
                     phase("lead_ins")
                 else:
                     self._wake_candidate()
-                    phase("lead_ins")
+                    phase("wakes")
                 if r == traced:
                     self.candidate.begin_trace(r)
                 ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced, staged=staged)

@@ -380,8 +380,10 @@ class _Evaluation:
             self.candidate = self._start_candidate(self.provenance)
         if device == "cuda":
             self.candidate.device_memory = self._device_memory
+            self.obs.memory_reserve_bytes = self.settings.device_memory_reserve_mb << 20
         self.preparing = True
         written = self.trusted.wait("init_args_written", final=False).fields
+        self.obs.reference_parameter_bytes = int(written["parameter_bytes"])
         self.init_arg_count = int(written["init_arg_count"])
         self.init_args = written["init_args"], self._relay(written)
         self.phases.end("reference_init")
@@ -459,6 +461,9 @@ class _Evaluation:
         plan = MemoryPlan.model_validate(prepared["memory_plan"])
         self.obs.memory_plan = plan
         if not plan.fits:
+            if self.candidate is not None and self.candidate.device_memory is not None:
+                # The plan counted what the candidate held then as taken: whose it was decides whose limit this is.
+                self.obs.gpu_memory_at_failure = self._device_memory()
             raise TrustedFailed(f"the evaluation does not fit on the device: {plan.message}")
 
     def _planned_calls(self, calls: int) -> int:

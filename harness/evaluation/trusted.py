@@ -314,7 +314,8 @@ class Trusted:
         init_args, model = self.init_args, self.model
         layout, specs = self._packed("init_args", list(init_args))
         # The candidate can construct its model now (on the host, most of its time), beside the parameters drawn next.
-        self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs)
+        self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs,
+                    parameter_bytes=_tensor_bytes(list(model.state_dict().values())))
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []

@@ -159,6 +159,10 @@ CORPUS: tuple[Exploit, ...] = (
             "lifts; after every reference window its CPU time must not have moved (and on CUDA the GPU must be idle): "
             "a window it disturbed is timed again; flagged where the pause never wakes a held task (v1, ptrace), not "
             "where v2's freezer woke it for the kernel to park it again (kernel microseconds, counted)", HONEST),
+    Exploit("device memory taken while constructing", A + "device_memory_hoard.py", "runtime_error", None,
+            "NVML's figures at the trusted side's failure: before the memory plan a candidate may hold twice the "
+            "reference's parameters and the reserve, after it the plan's share", A + "device_memory_hoard_honest.py",
+            gpu=True, alone=True, message_has="while the candidate's processes held"),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the kernel trace of a timed window: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,

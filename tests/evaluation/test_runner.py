@@ -65,6 +65,9 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
         assert out.got_shape == [1, 256, 128, 1] and out.max_abs_err is not None and out.max_abs_err <= 1e-4
         assert out.err_vs_fp64 is not None and out.ref_err_vs_fp64 is not None
     assert o.determinism is not None and o.determinism.bitwise_equal
+    # The reference's parameters and buffers as built (a share before the memory plan, on a GPU): level2/75's small
+    # Linear(256, 256), GroupNorm(8, 256) and bias of (1, 256, 1, 1); no reserve off CUDA.
+    assert o.reference_parameter_bytes == 4 * (256 * 256 + 256 + 2 * 256 + 256) and o.memory_reserve_bytes is None
     assert o.candidate_timing is not None and o.candidate_timing.clock == "parent_window"
     assert o.candidate_timing.n == 3 and len(o.candidate_timing.windows_ms) == 3  # the test settings' windows
     assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
@@ -108,7 +111,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
                           "judge", "timing_warmup"]
-    assert set(names[11:-3]) == {"timed_windows", "idle_waits", "fingerprints", "handovers", "pauses"}
+    assert set(names[11:-3]) == {"timed_windows", "wakes", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
