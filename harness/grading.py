@@ -306,7 +306,9 @@ def _crowded_out(obs: Observations) -> str | None:
 
     Before the plan is made (the trusted side's first trial, while the candidate constructs), or where the plan it
     made did not fit (it counted what the candidate held then as taken), the candidate's share is what constructing
-    needs (`_share_before_plan`), and other processes may hold no more than the reserve."""
+    needs (`_share_before_plan`), or the share that plan would have given it where that is more (a kernel that
+    allocates its output buffers as it constructs holds what its trials would), and other processes may hold no
+    more than the reserve."""
     plan, seen = obs.memory_plan, obs.gpu_memory_at_failure
     unplanned = plan is not None and not plan.fits
     if seen is None or seen.candidate_bytes is None or (
@@ -315,6 +317,9 @@ def _crowded_out(obs: Observations) -> str | None:
     if plan is None or unplanned:
         share, why = _share_before_plan(obs)
         outside = obs.memory_reserve_bytes
+        planned = _candidate_share(plan) if plan is not None else None
+        if planned is not None and share is not None and planned > share:  # its own figures gave it more
+            share, why = planned, "the memory plan would have given them"
     else:
         share, why = _candidate_share(plan), "the memory plan gave them"
         total = seen.total_bytes or plan.total_bytes

@@ -202,6 +202,13 @@ def test_a_candidate_within_what_constructing_needs_leaves_a_failure_before_the_
                 _before_plan(_nvml(candidate=70.0, free=0.3, trusted=8.5), reserve=None)):
         g = grade(obs, TOL)
         assert g.verdict == Verdict.infra_error and g.message.startswith("the harness's reference side failed"), obs
+    # A plan that did not fit still says what it would have given the candidate (24 GiB): holding that much, a
+    # kernel that allocated its trials' buffers as it constructed, is not blamed; past it, it is.
+    assert grade(_before_plan(_nvml(candidate=23.0, free=0.3, trusted=40.0), UNPLANNED, UNPLANNED_ERROR),
+                 TOL).verdict == Verdict.infra_error
+    g = grade(_before_plan(_nvml(candidate=30.0, free=0.3, trusted=40.0), UNPLANNED, UNPLANNED_ERROR), TOL)
+    assert g.verdict == Verdict.runtime_error and "more than the 24.00 GiB the memory plan would have given" in \
+        g.message
     # Before the reference was built its parameters are not known: the reserve alone is the share.
     assert grade(_before_plan(_nvml(candidate=2.4, free=0.3, trusted=76.0), parameters=None), TOL).verdict == \
         Verdict.runtime_error
