@@ -1,7 +1,7 @@
 """Whose work kept the GPU busy when the trusted side had to wait for it before or after a reference window. No torch.
 
-The trusted side's probe (trusted.wait_idle) sees only that some process's work was queued on the GPU. Where the
-GPU is the evaluation's alone, that work is the paused candidate's, left running after its reply
+The trusted side's probe (reference_windows.ReferenceWindows.wait_idle) sees only that some process's work was queued
+on the GPU. Where the GPU is the evaluation's alone, that work is the paused candidate's, left running after its reply
 (grading._leftover_gpu_work). Where other processes compute on the same GPU (evaluations side by side on one card,
 a co-tenant's job), the probe cannot say whose work it waited for, and the candidate is not blamed for it: the wait
 is the GPU's sharing, and the result is marked `shared_gpu` (shown, not ranked).

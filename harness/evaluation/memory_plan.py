@@ -93,7 +93,7 @@ class Footprint:
     # The storages the reference's outputs hold as its forward returns them, where larger than their elements:
     # smooth_l1_loss's 0-dim mean keeps the storage of the unreduced loss it was made from (4 GiB at level1/96's
     # size). A timed window keeps its calls' outputs as returned; the trusted side keeps only copies of their
-    # elements (trusted.compact). 0: the outputs' own bytes.
+    # elements (tensors.compact). 0: the outputs' own bytes.
     outputs_held: int = 0
     # The peak of making one trial's inputs (get_inputs' temporaries, the extra distribution's redraw beside the
     # inputs it replaces), measured on CUDA. 0: the inputs' own bytes.
@@ -169,7 +169,7 @@ def trusted_phases(fp: Footprint, c: Choice) -> dict[str, int]:
     f64_work = int(fp.forward_work * fp.f64_ratio) if on_device else 0
     truth_forward = (fp.inputs_f64 + f64_work) if on_device else 0
     model64 = fp.parameters_f64 if on_device else 0
-    # Copies of the outputs' elements: what a trial keeps (trusted.compact), not the storages the forward returned.
+    # Copies of the outputs' elements: what a trial keeps (tensors.compact), not the storages the forward returned.
     kept = c.trials_kept * (fp.outputs + (fp.outputs_f64 if on_device else 0))
     slice_elems = compare_slice(fp, c)
     # A window holds every call's inputs and output as returned, and the last call's working memory beyond it.

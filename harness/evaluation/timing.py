@@ -96,7 +96,8 @@ def lead_in(fn: Callable[..., Any], inputs: list[list[Any]], calls: int, device:
 
 def touch(device: torch.device) -> None:
     """One tiny kernel and a wait for it, on CUDA: the GPU last ran this process's context, as it has before a
-    reference window (the trusted side's idle probe, trusted.Trusted.wait_idle, is the same add and wait)."""
+    reference window (the trusted side's idle probe, reference_windows.ReferenceWindows.wait_idle, is the same add
+    and wait)."""
     if device.type == "cuda":
         probe = torch.zeros(1, device=device)
         probe.add_(1)
@@ -186,6 +187,23 @@ def fingerprint_scales(outputs: list[Any], atol: float, rtol: float) -> list[lis
 
 def empty_call(*inputs: Any) -> None:
     return None
+
+
+class Clock:
+    """Seconds per step of one command on the trusted process's own clock: where its time goes (diagnostics,
+    `observations.trusted_seconds`; nothing is graded on them but the fingerprint's own step, as what an honest
+    fingerprint costs). The device is synchronised at each lap."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._t, 4)
+        self._t = now
 
 
 def measure_peaks(device: torch.device) -> dict[str, float]:

@@ -3,8 +3,8 @@
 It never imports a submission. It builds the reference Model, draws the correctness inputs from a
 secret seed, keeps the expected outputs (fp32 and a float64 ground truth) in its own memory, judges
 the candidate's saved outputs and its handed-over timed outputs, and runs the reference's timed windows
-(eager, torch.compile, and the empty window whose cost every window carries). Commands arrive as JSON
-lines on stdin. What the candidate wrote is read as hostile data (`untrusted.load_outputs`): a failure to read
+(reference_windows.py: eager, torch.compile, and the empty window whose cost every window carries). Commands arrive as
+JSON lines on stdin. What the candidate wrote is read as hostile data (`untrusted.load_outputs`): a failure to read
 or compare it is a figure of the submission's, never a failure of this process.
 """
 
@@ -33,6 +33,7 @@ from harness.evaluation import (
     memory_plan,
     parameters,
     problem_module,
+    tensors,
     timing,
     torchflags,
     untrusted,
@@ -52,6 +53,7 @@ from harness.evaluation.protocol import (
     StageWindowCommand,
     TakeCommand,
 )
+from harness.evaluation.reference_windows import ReferenceWindows
 from harness.schema import MemoryPlan
 
 # the commands that carry a tolerance
@@ -85,57 +87,6 @@ def probe(device_name: str) -> dict[str, Any]:
     return info
 
 
-def _as_list(obj: Any) -> list[Any] | None:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return list(obj)
-    return None
-
-
-def _describe(obj: Any) -> str:
-    if isinstance(obj, (tuple, list)):
-        return f"{type(obj).__name__} of {len(obj)}"
-    if isinstance(obj, str) and obj.startswith("<"):
-        return untrusted.shown(obj.strip("<>"))  # the child's description of an object it could not save
-    return type(obj).__name__
-
-
-def expected_dtype(exp: torch.Tensor) -> torch.dtype:
-    """The dtype a candidate's output must have: the reference's output's, computed at the evaluation's precision (its
-    inputs and parameters cast to it: float16 at fp16 for a floating-point output; an index output stays int64).
-    The one place that says it: a kernel that computes at fp16 but returns fp32 is a dtype_mismatch."""
-    return exp.dtype
-
-
-def _same_outputs(a: Any, b: Any) -> bool:
-    la, lb = _as_list(a), _as_list(b)
-    if la is None or lb is None or len(la) != len(lb):
-        return False
-    return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-               and torch.equal(x.nan_to_num(), y.nan_to_num()) for x, y in zip(la, lb, strict=True))
-
-
-
-class _Clock:
-    """Seconds per step of one command on the trusted process's own clock: where its time goes (diagnostics,
-    `observations.trusted_seconds`; nothing is graded on them but the fingerprint's own step, as what an honest
-    fingerprint costs). The device is synchronised at each lap."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.seconds: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        problem_module.synchronize(self.device)
-        now = time.perf_counter()
-        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._t, 4)
-        self._t = now
-
-
-# A probe kernel (and its sync) slower than this ran behind another process's work: the GPU is not idle.
-IDLE_PROBE_S = 0.5e-3
 # Expected outputs and float64 ground truths kept in the device's memory from the prepare to the judge, at most.
 KEEP_BYTES = 8 << 30
 # How the outputs that compute nothing compare (`Trusted._trivial`) depends on the reference alone: it is judged
@@ -144,50 +95,12 @@ KEEP_BYTES = 8 << 30
 TRIVIAL_AHEAD_BYTES = 64 << 20
 
 
-def _described(values: list[Any]) -> list[tuple[int, str]]:
-    """Tensors as (elements, dtype name), for the memory plan."""
-    return [(t.numel(), str(t.dtype).removeprefix("torch.")) for t in values if isinstance(t, torch.Tensor)]
-
-
 def _allocated(device: torch.device) -> int:
     """What the allocator holds for tensors now, its peak counted from here on (CUDA; 0 on the host)."""
     if device.type != "cuda":
         return 0
     torch.cuda.reset_peak_memory_stats(device)
     return torch.cuda.memory_allocated(device)
-
-
-def _stageable(value: Any) -> bool:
-    """Whether an input can go through the window segment as it is: a plain dense tensor, or a JSON scalar."""
-    if isinstance(value, torch.Tensor):
-        return exchange.not_dense(value) is None
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
-def _tensor_bytes(values: list[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
-
-
-def _held_bytes(values: list[Any]) -> int:
-    """The bytes of the storages `values`' tensors hold (each storage once): more than their elements where a
-    tensor is a view, or was resized down (smooth_l1_loss's 0-dim mean keeps the unreduced loss's storage)."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in values
-                if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_meta}
-    return sum(storages.values())
-
-
-def compact(obj: Any) -> Any:
-    """An output, alone or in a list or tuple, with each tensor that holds a storage larger than its elements
-    replaced by a copy of them: what the trusted side keeps of a forward. level1/96's expected 0-dim loss held 4 GiB
-    and its float64 truth 8 GiB a trial, and six trials kept ran the prepare out of an H100's memory. A tensor
-    already its storage's own size is itself, not a copy."""
-    if isinstance(obj, torch.Tensor):
-        if obj.layout != torch.strided or obj.is_meta:
-            return obj
-        return obj.clone() if obj.untyped_storage().nbytes() > obj.numel() * obj.element_size() else obj
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(compact(o) for o in obj)
-    return obj
 
 
 def host_available() -> int | None:
@@ -211,7 +124,6 @@ class Trusted:
         self.recompute: list[bool] = []
         self._trial_seeds: tuple[int, list[int]] = (0, [])  # the trials' input seed and forward seeds
         self.model: torch.nn.Module | None = None
-        self.compiled: Any = None
         self.module: Any = None
         self.distributions: list[str] = []
         self.flush: torch.Tensor | None = None
@@ -225,10 +137,8 @@ class Trusted:
         self.trivial_ahead_s = 0.0
         # Work a command leaves for after its reply (main() runs it before reading the next command).
         self.after_reply: Any = None
-        self.window_outputs: list[Any] = []  # the last eager window's, until they are fingerprinted
-        # A window's inputs (`stage_window`): this process's own, which its lead-ins and windows use and `fill_window`
-        # copies into the window segment for the candidate's.
-        self.window_inputs: list[list[Any]] = []
+        # The timed rounds' reference windows and what they hold (reference_windows.py), on this side's reference.
+        self.reference_windows = ReferenceWindows(self)
         self.exchange_where = "cpu"  # where this evaluation's segments live (the prepare says)
         # Hand-overs read with `defer` (a copy of each, or why there is none; seed; forward seed), until judged.
         self.handed_over: list[tuple[Any, int, int]] = []
@@ -265,7 +175,7 @@ class Trusted:
         # A lazy module's tensors have no values to restore: such a Model is built anew for every evaluation.
         lazy = any(torch.nn.parameter.is_lazy(v) for v in state.values())
         self.initial_state = None if lazy else {k: v.detach().clone() for k, v in state.items()}
-        self.model, self.compiled = model.to(self.device), None
+        self.model, self.reference_windows.compiled = model.to(self.device), None
         self._built = None if lazy else key
         self.flush = timing.l2_flush_buffer(self.device)
 
@@ -274,8 +184,8 @@ class Trusted:
         for the next one's candidate, and keep the Model, its compiled baseline and the peaks."""
         self.expected, self.ground_truth, self.distributions, self.recompute = [], [], [], []
         self.trivial_found, self.trivial_judged, self.trivial_ahead_s, self.after_reply = {}, None, 0.0, None
-        self.window_outputs, self.handed_over, self.plan, self.stochastic = [], [], None, False
-        self.window_inputs = []
+        self.handed_over, self.plan, self.stochastic = [], None, False
+        self.reference_windows.release()
         self.taken, self.first_output, self.determinism = {}, None, None
         for seg in self.segments.values():
             seg.close()
@@ -284,7 +194,7 @@ class Trusted:
             torch.cuda.empty_cache()
         return {}
 
-    def _share(self, segments: dict[str, exchange.Segment]) -> list[dict[str, Any]]:
+    def share(self, segments: dict[str, exchange.Segment]) -> list[dict[str, Any]]:
         """Keep `segments` to this evaluation's end and send their descriptors to the parent (for the candidate);
         their specs, for the message that names them."""
         self.segments.update(segments)
@@ -300,12 +210,12 @@ class Trusted:
         """`obj` packed into a segment of its own, shared: its layout and the segment's spec."""
         seg = exchange.create(exchange.packed_bytes(obj), "cpu", writable=False)
         layout = exchange.pack(obj, seg)
-        return layout, self._share({name: seg})
+        return layout, self.share({name: seg})
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.release()
         timing.pin_thread(None)  # its own cores again, where the last evaluation's rounds did not give them back
-        clock = _Clock(problem_module.resolve_device(cmd.device))
+        clock = timing.Clock(problem_module.resolve_device(cmd.device))
         self._build(cmd)
         # Where this evaluation's segments live: on CUDA as the runner says (exchange_probe), else the host's memory.
         self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
@@ -315,7 +225,7 @@ class Trusted:
         layout, specs = self._packed("init_args", list(init_args))
         # The candidate can construct its model now (on the host, most of its time), beside the parameters drawn next.
         self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs,
-                    parameter_bytes=_tensor_bytes(list(model.state_dict().values())))
+                    parameter_bytes=tensors.tensor_bytes(list(model.state_dict().values())))
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
@@ -360,15 +270,16 @@ class Trusted:
                     if not plan.fits:
                         return {"memory_plan": plan.model_dump(mode="json")}
                 # Its elements alone from here on (the plan counts no more), beside the checks' forwards below.
-                expected = compact(expected)
+                expected = tensors.compact(expected)
                 if i == 0:
                     model64 = self._model64()
                     # The same inputs under another forward seed: does the reference draw random numbers?
                     torch.manual_seed(secrets.randbits(62))
-                    stochastic = self.stochastic = not _same_outputs(self.model(*on_device), expected)
-                    output_shapes = [list(o.shape) for o in _as_list(expected) or [] if isinstance(o, torch.Tensor)]
-                    output_bytes = _tensor_bytes(_as_list(expected) or [])
-                    self.output_count = len(_as_list(expected) or [])
+                    stochastic = self.stochastic = not tensors.same_outputs(self.model(*on_device), expected)
+                    output_shapes = [list(o.shape) for o in tensors.as_list(expected) or []
+                                     if isinstance(o, torch.Tensor)]
+                    output_bytes = tensors.tensor_bytes(tensors.as_list(expected) or [])
+                    self.output_count = len(tensors.as_list(expected) or [])
                 output_room = max(output_room, exchange.packed_bytes(expected))
                 # Kept to the judge as the plan allows (within KEEP_BYTES); past that (a KernelBench file at its own
                 # size: 7 trials of 3 GB outputs and their float64 truths fill an H100), recomputed there one at a time.
@@ -377,7 +288,7 @@ class Trusted:
                 truth = None
                 if keep and not self._lazy_truth():
                     problem_module.manual_seed(forward_seeds[i], self.device)
-                    truth = compact(self._truth(model64, on_device))
+                    truth = tensors.compact(self._truth(model64, on_device))
                 self.expected.append(expected if keep else None)
                 self.ground_truth.append(truth if keep else None)
                 self.recompute.append(not keep)
@@ -400,7 +311,7 @@ class Trusted:
         # On the host for a CUDA evaluation too where the runner says so: its inputs and outputs then cross to and
         # from the device in each process (exchange.pack, unpack, take), and no device memory is shared.
         where = self.exchange_where
-        specs = self._share({
+        specs = self.share({
             "inputs": exchange.create(input_room, where, writable=False),
             "output": exchange.create(output_room, where),
             # One window's hand-overs: no more outputs than a window holds (the plan's calls) or picks.
@@ -432,8 +343,8 @@ class Trusted:
         on CUDA), the reference's output (its elements, and the storages it holds as returned) and the forward's
         peak above `base` (what was allocated before it: CUDA's allocator measures it; on the host, its output
         alone), the parameters, and the device's free memory with what this process already holds."""
-        outputs = _as_list(expected) or []
-        described = [_described(x) for x in (inputs, outputs, list(self.model.state_dict().values())
+        outputs = tensors.as_list(expected) or []
+        described = [tensors.described(x) for x in (inputs, outputs, list(self.model.state_dict().values())
                                               if self.model is not None else [])]
         free = total = None
         work = memory_plan.tensor_bytes(described[1])
@@ -462,7 +373,7 @@ class Trusted:
             windows_staged=cmd.windows_staged,
             picks_per_window=windows.PICKS_PER_WINDOW, device=self.device.type,
             judge_ahead=cmd.atol is not None and cmd.rtol is not None and outputs_bytes <= TRIVIAL_AHEAD_BYTES,
-            outputs_held=_held_bytes(outputs), inputs_made=made)
+            outputs_held=tensors.held_bytes(outputs), inputs_made=made)
         self.plan = memory_plan.plan(footprint, free, total, cmd.memory_budget, cmd.memory_reserve,
                                      host_available())
         return self.plan
@@ -535,7 +446,7 @@ class Trusted:
     def take(self, cmd: TakeCommand) -> dict[str, Any]:
         """The candidate's output of a trial, copied out of the output segment and judged now (trial 0's copy is
         kept for the determinism re-run's, which is compared with it and then let go)."""
-        clock = _Clock(self.device)
+        clock = timing.Clock(self.device)
         i = 0 if cmd.trial is None else cmd.trial
         if cmd.trial is None:
             got = self._take(cmd.layout, self.segments["output"], self.output_count)
@@ -588,7 +499,7 @@ class Trusted:
         with torch.no_grad():
             inputs = self._trial_inputs(i)
             problem_module.manual_seed(self._trial_seeds[1][i], self.device)
-            return compact(self._truth(model64, inputs))
+            return tensors.compact(self._truth(model64, inputs))
 
     def _trivial_taken(self, i: int, exp: Any, gt: Any, cmd: TakeCommand) -> None:
         """Trial i's outputs that compute nothing, judged at its take (as `trivial_ahead` judges the kept trials'):
@@ -613,7 +524,7 @@ class Trusted:
             return {"structure_error": str(e)}
 
     def judge(self, cmd: JudgeCommand) -> dict[str, Any]:
-        clock = _Clock(self.device)
+        clock = timing.Clock(self.device)
         trials = []
         # Outputs that compute nothing: how they compare (judged ahead where they could be, under this tolerance).
         ahead = self.trivial_judged is not None and self.trivial_judged[0] == (cmd.atol, cmd.rtol)
@@ -655,18 +566,18 @@ class Trusted:
         with torch.no_grad():
             on_device = problem_module.to_device(self._trial_inputs(i), self.device)
             problem_module.manual_seed(forward_seed, self.device)
-            exp = compact(self.model(*on_device))
+            exp = tensors.compact(self.model(*on_device))
             if model64 is None:
                 return exp, None
             problem_module.manual_seed(forward_seed, self.device)
-            return exp, compact(self._truth(model64, on_device))
+            return exp, tensors.compact(self._truth(model64, on_device))
 
     def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
         """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
         output's mean), each row's mean; the worst over the trials is kept in `found`. Where one passes at a
         tolerance, passing proves nothing there."""
-        exps = _as_list(exp) or []
-        gts = (_as_list(gt) or []) if gt is not None else [None] * len(exps)
+        exps = tensors.as_list(exp) or []
+        gts = (tensors.as_list(gt) or []) if gt is not None else [None] * len(exps)
         for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
             if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
                 continue
@@ -689,17 +600,17 @@ class Trusted:
         """The candidate's output (a copy `_take` made) against the reference's. Whatever it holds, the answer is
         figures: what could not be read as an output (`file_error`) or is not made of plain dense tensors
         (`structure_error`) is the submission's, never a failure of the judge's."""
-        exp_list = _as_list(exp)
+        exp_list = tensors.as_list(exp)
         assert exp_list is not None
         if isinstance(got, dict):  # `_take`'s figures: there is no output to compare
             return got
-        gt_list = _as_list(gt) if gt is not None else [None] * len(exp_list)
-        got_list = _as_list(got)
+        gt_list = tensors.as_list(gt) if gt is not None else [None] * len(exp_list)
+        got_list = tensors.as_list(got)
         assert gt_list is not None
         if isinstance(exp, torch.Tensor) and not isinstance(got, torch.Tensor):
-            return {"structure_error": f"expected a Tensor, got {_describe(got)}"}
+            return {"structure_error": f"expected a Tensor, got {tensors.describe(got)}"}
         if not isinstance(exp, torch.Tensor) and (got_list is None or isinstance(got, torch.Tensor)):
-            return {"structure_error": f"expected {_describe(exp)} tensors, got {_describe(got)}"}
+            return {"structure_error": f"expected {tensors.describe(exp)} tensors, got {tensors.describe(got)}"}
         assert got_list is not None
         if len(got_list) != len(exp_list):
             return {"structure_error": f"expected {len(exp_list)} outputs, got {len(got_list)}"}
@@ -716,14 +627,14 @@ class Trusted:
 
     def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None, cmd: Judging) -> dict:
         fig: dict[str, Any] = {
-            "index": index, "got_type": type(got).__name__,
-            "expected_shape": list(exp.shape), "expected_dtype": str(expected_dtype(exp)).removeprefix("torch."),
+            "index": index, "got_type": type(got).__name__, "expected_shape": list(exp.shape),
+            "expected_dtype": str(tensors.expected_dtype(exp)).removeprefix("torch."),
         }
         if type(got) is not torch.Tensor:
             return fig
         fig.update(got_shape=list(got.shape), got_dtype=str(got.dtype).removeprefix("torch."),
                    got_device=self.device.type)
-        if got.shape != exp.shape or got.dtype != expected_dtype(exp):
+        if got.shape != exp.shape or got.dtype != tensors.expected_dtype(exp):
             return fig
         fig.update(compare.figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
                                    cmd.atol, cmd.rtol, self._compare_slice()))
@@ -744,7 +655,7 @@ class Trusted:
             return None
         if isinstance(second, dict) and second.get("structure_error") == "the candidate saved no output for this call":
             return None
-        la, lb = _as_list(first), _as_list(second) if not isinstance(second, dict) else None
+        la, lb = tensors.as_list(first), tensors.as_list(second) if not isinstance(second, dict) else None
         if la is None or lb is None or len(la) != len(shapes) or len(lb) != len(shapes) or not all(
             type(x) is torch.Tensor and type(y) is torch.Tensor and list(x.shape) == list(y.shape) == shape
             and x.dtype == y.dtype and not x.is_meta and not y.is_meta
@@ -764,114 +675,12 @@ class Trusted:
                 worst = torch.maximum(worst, ((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max())
         return {"bitwise_equal": equal, "max_rel_diff": float(worst)}
 
-    def window(self, cmd: ReferenceWindowCommand) -> dict[str, Any]:
-        """One reference window (its time is the parent's clock around this command). A kind's first window warms
-        it up; torch.compile's compiles the model there."""
-        assert self.model is not None
-        fn: Any = self.model
-        if cmd.kind == "empty":
-            fn = timing.empty_call
-        elif cmd.kind == "compile":
-            if self.compiled is None:
-                self.compiled = torch.compile(self.model)
-            fn = self.compiled
-        self.window_outputs = []
-        kept: list[Any] = []  # the candidate keeps its window's outputs too: the allocator sees the same
-        staged = self.window_inputs if cmd.staged else None
-        if staged is not None and len(staged) != len(cmd.seeds):
-            raise ValueError(f"{len(staged)} calls' inputs staged for a window of {len(cmd.seeds)}")
-        seen = timing.run_window(fn, self.module, cmd.seeds, cmd.forward_seeds, self.device,
-                                 self.flush if cmd.flush_l2 else None, keep=kept, inputs=staged)
-        if cmd.keep_outputs:
-            self.window_outputs = kept
-        del kept
-        return seen
-
-    def stage_window(self, cmd: StageWindowCommand) -> dict[str, Any]:
-        """A window's inputs, made from its seeds before it (off every clock: anew for each kind's window, as a
-        reference that writes into its inputs leaves them changed) and kept. The reply's layout says where
-        `fill_window` will write them for the candidate, each call's from where the last one's ends, in a window
-        segment as large as they need (a new one, named in the reply, where the last was smaller). `stageable` is
-        False where an input is no plain dense tensor or JSON scalar (the windows then make their inputs)."""
-        self.window_inputs = []  # the last ones let go first
-        with torch.no_grad():
-            made = [problem_module.seeded_inputs(self.module, seed, self.device) for seed in cmd.seeds]
-            problem_module.synchronize(self.device)
-        self.window_inputs = made
-        if not all(_stageable(v) for x in made for v in x):
-            return {"layout": [], "segments": [], "stageable": False}
-        need = sum(exchange.packed_bytes(x) for x in made)
-        specs: list[dict[str, Any]] = []
-        seg = self.segments.get("window")
-        if seg is None or seg.nbytes < need:
-            if seg is not None:
-                seg.close()
-            specs = self._share({"window": exchange.create(max(need, 1), self.exchange_where)})
-            seg = self.segments["window"]
-        layouts, base = [], 0
-        for x in made:
-            layouts.append(exchange.pack(list(x), seg, base, write=False))
-            base += exchange.packed_bytes(x)
-        return {"layout": layouts, "segments": specs, "stageable": True}
-
-    def fill_window(self) -> dict[str, Any]:
-        """The staged inputs written into the window segment, over whatever the candidate left there."""
-        seg, base = self.segments["window"], 0
-        for x in self.window_inputs:
-            exchange.pack(list(x), seg, base)
-            base += exchange.packed_bytes(x)
-        problem_module.synchronize(self.device)
-        return {}
-
-    def lead_in(self, cmd: LeadInCommand) -> dict[str, Any]:
-        """Untimed calls right before a window of `cmd.kind`, on the staged inputs (the reference's, for the empty
-        window too: its fixed cost is then measured in a process as warm as the others'; torch.compile's once it
-        has compiled, in its first window)."""
-        assert self.model is not None
-        fn: Any = self.compiled if cmd.kind == "compile" and self.compiled is not None else self.model
-        timing.lead_in(fn, self.window_inputs, cmd.calls, self.device, self.flush if cmd.flush_l2 else None)
-        return {}
-
-    def wait_idle(self, limit_s: float) -> dict[str, Any]:
-        """Wait until no other process's work is queued on this GPU, up to `limit_s`: a tiny kernel and a sync take
-        0.06 ms on an idle H100 and 1.3-1.5 ms while another process's kernels wait their turn (the GPU slices
-        its time between processes). What a candidate left running after its reply is waited out here, off every
-        window's clock, and said: how long (ms), and whether the GPU was still busy at the limit."""
-        if self.device.type != "cuda":
-            return {"waited_ms": 0.0, "busy": False}
-        probe = torch.zeros(1, device=self.device)
-        t0 = time.perf_counter()
-        while True:
-            t = time.perf_counter()
-            probe.add_(1)
-            torch.cuda.synchronize(self.device)
-            if time.perf_counter() - t < IDLE_PROBE_S:
-                return {"waited_ms": round((t - t0) * 1e3, 4), "busy": False}
-            if t - t0 > limit_s:
-                return {"waited_ms": round((t - t0) * 1e3, 4), "busy": True}
-            time.sleep(IDLE_PROBE_S)
-
-    def fingerprint(self, cmd: FingerprintCommand) -> dict[str, Any]:
-        """The last window's outputs fingerprinted as the candidate's are (the fingerprint step on this process's
-        own clock is what an honest fingerprint costs), and each one's scale of an error within the tolerance;
-        then they are let go."""
-        clock = _Clock(self.device)
-        sums = timing.fingerprints(self.window_outputs, cmd.key, self.device)
-        # The candidate's command also writes its numbers into its reply (a window of 2000 calls: 1-3 ms on a 2-core
-        # host): an honest fingerprint command's cost, counted here too so that it is not charged to the window.
-        json.dumps(sums)
-        clock.lap("fingerprint")
-        scales = timing.fingerprint_scales(self.window_outputs, cmd.atol, cmd.rtol)
-        self.window_outputs = []
-        clock.lap("scales")
-        return {"sums": sums, "scales": scales, "seconds": clock.seconds}
-
     def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
         """The handed-over outputs against the reference on the same seeds, element by element; with `defer`, only
         read now and compared at `judge_handovers` (beside the candidate's kernel trace and exit)."""
         # Read first: the candidate's process runs on, and a file read after the reference's computation could
         # have been written after its "handed over".
-        clock = _Clock(self.device)
+        clock = timing.Clock(self.device)
         handed = list(zip([self._take(layout, self.segments["handover"], self.output_count) for layout in cmd.layouts],
                           cmd.seeds, cmd.forward_seeds, strict=True))
         clock.lap("read")
@@ -883,7 +692,7 @@ class Trusted:
         return {"checks": checks, "seconds": clock.seconds}
 
     def judge_handovers(self, cmd: JudgeHandoversCommand) -> dict[str, Any]:
-        clock = _Clock(self.device)
+        clock = timing.Clock(self.device)
         handed, self.handed_over = self.handed_over, []
         checks = self._check_handed(handed, cmd)
         clock.lap("judge")
@@ -897,7 +706,7 @@ class Trusted:
             for data, seed, forward_seed in handed:
                 inputs = problem_module.seeded_inputs(self.module, seed, self.device)
                 problem_module.manual_seed(forward_seed, self.device)
-                exp = compact(self.model(*inputs))
+                exp = tensors.compact(self.model(*inputs))
                 if isinstance(data, dict):  # the hand-over could not be read: why, as the trials say it
                     checks.append(data)
                     continue
@@ -907,7 +716,7 @@ class Trusted:
                     if model64 is None:  # a Module's truth value is its len() where it has one: never `or`
                         model64 = self._model64()
                     problem_module.manual_seed(forward_seed, self.device)
-                    truth = compact(self._truth(model64, inputs))
+                    truth = tensors.compact(self._truth(model64, inputs))
                     if truth is not None:
                         check = self._judge_got(data, exp, truth, cmd)
                 checks.append(check)
@@ -946,18 +755,20 @@ def main(argv: list[str] | None = None) -> int:
     trusted.notify = chan.send
     if args.fd_socket is not None:
         trusted.send_fds = exchange.FdLink(args.fd_socket).send
+    reference_windows = trusted.reference_windows
     handlers = {
         "prepare": (PrepareCommand, trusted.prepare, "prepared"),
         "stage": (StageCommand, trusted.stage, "staged"),
         "take": (TakeCommand, trusted.take, "taken"),
         "judge": (JudgeCommand, trusted.judge, "judged"),
-        "window": (ReferenceWindowCommand, trusted.window, "window_done"),
-        "stage_window": (StageWindowCommand, trusted.stage_window, "window_staged"),
-        "fill_window": (FillWindowCommand, lambda _: trusted.fill_window(), "window_filled"),
-        "lead_in": (LeadInCommand, trusted.lead_in, "led_in"),
-        "fingerprint": (FingerprintCommand, trusted.fingerprint, "fingerprinted"),
         "check_handover": (CheckHandoverCommand, trusted.check_handover, "handover_checked"),
         "judge_handovers": (JudgeHandoversCommand, trusted.judge_handovers, "handovers_checked"),
+        # the timed rounds' (_ROUNDS_COMMANDS)
+        "window": (ReferenceWindowCommand, reference_windows.window, "window_done"),
+        "stage_window": (StageWindowCommand, reference_windows.stage_window, "window_staged"),
+        "fill_window": (FillWindowCommand, lambda _: reference_windows.fill_window(), "window_filled"),
+        "lead_in": (LeadInCommand, reference_windows.lead_in, "led_in"),
+        "fingerprint": (FingerprintCommand, reference_windows.fingerprint, "fingerprinted"),
     }
     probe_segment: exchange.Segment | None = None  # the exchange probe's, from its export to its verify
     chan.send("ready")
@@ -974,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "pin":  # the window thread kept to the timed rounds' core, or given back its own (None)
                 chan.send("pinned", cores=timing.pin_thread(raw.get("cores")))
             elif name == "wait_idle":
-                chan.send("idle", **trusted.wait_idle(float(raw.get("limit_s", 10.0))))
+                chan.send("idle", **reference_windows.wait_idle(float(raw.get("limit_s", 10.0))))
             elif name == "peaks":
                 chan.send("peaks", **trusted.peaks())
             elif name == "release":

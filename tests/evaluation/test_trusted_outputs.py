@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness import grading
-from harness.evaluation import compare, problem_module, trusted
+from harness.evaluation import compare, problem_module, tensors, trusted
 from harness.evaluation.protocol import JudgeCommand, JudgeHandoversCommand, PrepareCommand, ProblemLoad
 from harness.schema import OutputFigures, Tolerance
 from tests.evaluation import exchange_play
@@ -346,7 +346,7 @@ def get_init_inputs():
 
 
 def _storages(values) -> int:
-    return trusted._held_bytes([t for v in values if v is not None for t in (trusted._as_list(v) or [])])
+    return tensors.held_bytes([t for v in values if v is not None for t in (tensors.as_list(v) or [])])
 
 
 @pytest.mark.parametrize("keep_bytes", [trusted.KEEP_BYTES, 0])
@@ -377,7 +377,7 @@ def test_what_the_trusted_side_keeps_of_a_trial_is_what_the_plan_counts(tmp_path
         assert torch.equal(exp, side.model(*inputs)) and gt.dtype == torch.float64
     linear = torch.nn.Linear(4, 2)
     out = linear(torch.rand(3, 4))
-    assert trusted.compact(out) is out and trusted.compact([out])[0] is out
+    assert tensors.compact(out) is out and tensors.compact([out])[0] is out
 
 
 def test_a_take_makes_the_expected_output_before_it_reads_the_candidates(tmp_path, monkeypatch):
