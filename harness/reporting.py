@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -33,7 +34,7 @@ def ranked(verdict: str | None, flags: Iterable[str]) -> bool:
     """Whether a result is ranked (the leaderboards, a problem page's ranks, the home page's best): passed, with no
     flag that keeps it off the boards (a pure-PyTorch forward, windows too noisy to vouch for its time, a tolerance
     that zeros would pass: verdicts.UNRANKED_CHECKS)."""
-    return verdict == "passed" and not any(check in UNRANKED_CHECKS for check in flags)
+    return verdict == "passed" and UNRANKED_CHECKS.isdisjoint(flags)
 
 
 def reference_vouched(verdict: str | None, flags: Iterable[str]) -> bool:
@@ -45,8 +46,10 @@ def reference_vouched(verdict: str | None, flags: Iterable[str]) -> bool:
     return verdict == "passed" and "timing_unreliable" not in flags and "shared_gpu" not in flags
 
 
-class Scored(BaseModel):
-    """One submission's current result, as reports need it."""
+@dataclass(slots=True, kw_only=True)
+class Scored:
+    """One submission's current result, as reports need it. A plain class, not a pydantic model: the boards build one
+    per stored result (10,000 of them for the home page), from columns the database has already typed."""
 
     submission_id: int
     problem_id: str
@@ -61,7 +64,7 @@ class Scored(BaseModel):
     speedup_vs_compile: float | None = None
     candidate_ms: float | None = None
     created_at: datetime | None = None
-    flags: list[str] = []  # the checks of its flags: some keep a passed result off the boards (`ranked`)
+    flags: list[str] = field(default_factory=list)  # the checks of its flags: some keep a passed result off the boards
 
     @property
     def correct(self) -> bool:
@@ -120,8 +123,8 @@ def _rank_key(s: Scored, baseline: Baseline) -> tuple[bool, float, float]:
 def best(results: Iterable[Scored], baseline: Baseline = "eager") -> Scored | None:
     """The best result: correct before incorrect, then fastest by a speedup that counts (one not vouched for
     ranks as untimed)."""
-    ranked = sorted(results, key=lambda s: (not s.correct, *_rank_key(s, baseline)))
-    return ranked[0] if ranked else None
+    # min, not sorted()[0]: the same result (the first of equals), without sorting every group.
+    return min(results, key=lambda s: (not s.correct, *_rank_key(s, baseline)), default=None)
 
 
 def leaderboard(results: Sequence[Scored], baseline: Baseline = "eager") -> list[LeaderboardRow]:

@@ -7,9 +7,11 @@ import json
 import os
 import random
 import re
+import sys
 from pathlib import Path
 
 from harness import demo
+from harness.api import pages
 from harness.problems import get_registry
 from harness.schema import Flag
 from harness.verdicts import Verdict
@@ -81,3 +83,38 @@ def test_home_shows_what_it_showed_before_for_a_varied_set(client, db):
     for path in VARIANTS:
         assert pages[path] == expected[path], path
     assert len(re.findall(r'<path class="series"', pages["/"])) >= 4
+
+
+def python_calls_of_home_page(db) -> int:
+    """Python function calls made while the home page's content is assembled (the second time: the first fills the
+    process's caches)."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event == "call"
+
+    with db.session() as s:
+        for profile in (None, count):
+            sys.setprofile(profile)
+            try:
+                pages.home_page(s, get_registry(), device=None, baseline="eager", by="model", sort="problem",
+                                descending=False)
+            finally:
+                sys.setprofile(None)
+    return calls
+
+
+def test_home_page_work_per_stored_result_is_bounded(db):
+    # Counted in calls, not milliseconds, so that a loaded machine cannot fail it. Building boards of whole rows
+    # through pydantic, reading each row by name and decoding each row's flags took 34 calls a result; 15 now.
+    specs = get_registry().all()
+    per_step, counts = 100, []
+    for _ in range(2):
+        for i in range(per_step):
+            spec = specs[i % len(specs)]
+            seed(db, eval_result(problem=spec.id, kb=spec.kernelbench_id, candidate_ms=0.5 + i / per_step,
+                                 max_rel_err=1.0 if i % 3 == 0 else 1e-6), submitter=f"team-{i % 4}",
+                 model=f"model-{i % 5}")
+        counts.append(python_calls_of_home_page(db))
+    assert (counts[1] - counts[0]) / per_step <= 20

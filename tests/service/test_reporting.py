@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -73,12 +74,12 @@ def test_fast_p_never_rises_with_p(p):
 
 def test_a_speedup_the_harness_does_not_vouch_for_counts_as_correct_but_never_as_faster():
     # The C++ hardtanh: 18x with windows spread 160% (timing_unreliable), beside the same pair's vouched 0.13x.
-    noisy = s("p1", eager=18.247, compile_=9.0).model_copy(update={"flags": ["timing_unreliable"]})
+    noisy = replace(s("p1", eager=18.247, compile_=9.0), flags=["timing_unreliable"])
     assert fast_p_curve([noisy]) == {"0": 1.0, "0.5": 0.0, "0.8": 0.0, "1": 0.0, "1.5": 0.0, "2": 0.0}
     for flag in ("degenerate_tolerance", "no_custom_kernel"):
-        assert fast_p([noisy.model_copy(update={"flags": [flag]})], 1.0) == 0.0
+        assert fast_p([replace(noisy, flags=[flag])], 1.0) == 0.0
     # A flag that does not keep a result off the boards leaves its speedup counted.
-    assert fast_p([noisy.model_copy(update={"flags": ["precision_below_fp32"]})], 2.0) == 1.0
+    assert fast_p([replace(noisy, flags=["precision_below_fp32"])], 2.0) == 1.0
     vouched = s("p1", eager=0.1347)
     (pick,) = best_per_problem([noisy, vouched])
     assert pick is vouched  # the measured 18x does not make it the best
@@ -88,8 +89,8 @@ def test_a_speedup_the_harness_does_not_vouch_for_counts_as_correct_but_never_as
 
 
 def test_the_leaderboard_ranks_each_precision_apart():
-    fp32, bf16 = s("p1", who="a", eager=2.0), s("p1", who="b", eager=5.0).model_copy(update={"precision": "bf16"})
-    same_pair_bf16 = s("p1", who="a", eager=9.0).model_copy(update={"precision": "bf16"})
+    fp32, bf16 = s("p1", who="a", eager=2.0), replace(s("p1", who="b", eager=5.0), precision="bf16")
+    same_pair_bf16 = replace(s("p1", who="a", eager=9.0), precision="bf16")
     rows = leaderboard([fp32, bf16, same_pair_bf16])
     assert [(r.precision, r.rank, r.submitter, r.speedup_vs_eager) for r in rows] == [
         ("fp32", 1, "a", 2.0), ("bf16", 1, "a", 9.0), ("bf16", 2, "b", 5.0)]
