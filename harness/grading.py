@@ -40,9 +40,10 @@ _EXCERPT_LINES = 30
 # time, and flagged it beyond (handover_time); they are re-graded so.
 FINGERPRINT_SHARE = 0.5
 # The tail of the evaluation's fingerprint deviation (the sum of squared differences over scales) that outputs within
-# their tolerance reach with the chance e**-x at most: each term is at most a squared standard normal (the draws are
-# new for every call), and a chi-square of M terms passes M + 2*sqrt(M*x) + 2*x with at most that chance (Laurent and
-# Massart's bound). x = 20: 2e-9.
+# their tolerance reach with the chance e**-x at most: each term's moment generating function is at most a squared
+# standard normal's (a sum of random signs is sub-Gaussian), the terms are independent (the signs are new for every
+# call), and Laurent and Massart's bound for a chi-square of M terms, M + 2*sqrt(M*x) + 2*x, is Chernoff's from that
+# function alone. x = 20: 2e-9.
 FINGERPRINT_TAIL_X = 20.0
 
 

@@ -153,7 +153,8 @@ def segments(fp: Footprint, c: Choice) -> int:
 
 
 def fingerprint(fp: Footprint, c: Choice) -> int:
-    """A fingerprint's float64 temporaries: a slice of the window's outputs, its draws and their product."""
+    """A fingerprint's temporaries, each at most 8 bytes an element of a slice of the window's outputs: the slice,
+    its signs (2 bytes an element) and their product, counted as three float64 copies of it (timing.fingerprints)."""
     return 3 * min(fp.fingerprint_chunk, c.calls * fp.outputs_f64)
 
 

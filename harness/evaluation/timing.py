@@ -118,9 +118,16 @@ def pin_thread(cores: list[int] | None) -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-# Elements (of outputs, and as many draws) fingerprinted at once, in float64: a window's hundreds of small outputs in
-# one product, its few large ones a few at a time, one of gigabytes a slice at a time.
+# Elements of outputs fingerprinted at once (FINGERPRINT_CHUNK_BYTES // 8 of them): on CUDA a window's hundreds of
+# small outputs in one product, its few large ones a few at a time, one of gigabytes a slice at a time. On the CPU a
+# slice whose temporaries stay in a core's cache (32,768 elements): on the 2-core VM a window's 140 outputs of that
+# size took 37 ms one at a time and 55-133 ms eight at a time (median of 15; 251 ms with the earlier normal draws).
 FINGERPRINT_CHUNK_BYTES = 256 << 20
+FINGERPRINT_CHUNK_BYTES_CPU = 256 << 10
+
+# Floating dtypes whose negation is exact in the dtype itself: fingerprinted as they are, summed in float64. Others
+# (integers, bool, the float8 kinds) are made float64 first.
+_SIGNED_EXACTLY = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _tensors_of(output: Any) -> list[torch.Tensor | None]:
@@ -129,13 +136,28 @@ def _tensors_of(output: Any) -> list[torch.Tensor | None]:
     return [t if isinstance(t, torch.Tensor) else None for t in items]
 
 
+def _random_signs(shape: tuple[int, int], gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """True where a draw is -1, False where it is +1, each with probability 1/2: the sign bits of random bytes
+    (64 random bits a word, the full range: torch's `random_()` alone never sets a word's top bit)."""
+    count = shape[0] * shape[1]
+    words = torch.empty((count + 7) // 8, dtype=torch.int64, device=device).random_(-(1 << 63), None, generator=gen)
+    return words.view(torch.int8)[:count].view(shape) < 0
+
+
 def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[list[float | None]]:
-    """One number per tensor of each kept output: its elements in float64 dotted with standard normal draws made from
-    `key`, drawn anew for every call (so that errors alike in every call do not add up alike). The key is drawn by
-    the parent after the window closed, so the only way to these numbers is through outputs already computed: an
-    output computed only when asked for is paid for inside this command, on the parent's clock. Both sides draw
-    the same numbers in the same order (one generator per tensor position and size, slices of at most
-    FINGERPRINT_CHUNK_BYTES). None where the number is not finite or the output holds no tensor there."""
+    """One number per tensor of each kept output: its elements dotted with random signs (+1 or -1, each with
+    probability 1/2) made from `key`, drawn anew for every call (so that errors alike in every call do not add up
+    alike), summed in float64. An error e in an output moves its number by sum(e_i * s_i): mean 0 and variance
+    sum(e_i**2), as with standard normal draws, and tails no heavier than a normal's of that variance by Chernoff's
+    bound (the signs are sub-Gaussian), which is what windows.FINGERPRINT_Z and grading.fingerprint_deviation_bound
+    rest on. A sign is one random byte's top bit: on the CPU float64 normal draws (the earlier kind) were 57 of a
+    window's 65 ms of fingerprints, and what the candidate's took beyond the trusted side's was charged to its window.
+
+    The key is drawn by the parent after the window closed, so the only way to these numbers is through outputs
+    already computed: an output computed only when asked for is paid for inside this command, on the parent's
+    clock. Both sides draw the same signs in the same order (one generator per tensor position and size, slices of
+    at most FINGERPRINT_CHUNK_BYTES // 8 elements). None where the number is not finite or the output holds no
+    tensor there."""
     tensors = [_tensors_of(o) for o in outputs]
     result: list[list[float | None]] = [[None] * len(ts) for ts in tensors]
     groups: dict[tuple[int, int], list[tuple[int, torch.Tensor]]] = {}
@@ -143,7 +165,8 @@ def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[lis
         for k, t in enumerate(ts):
             if t is not None:
                 groups.setdefault((k, t.numel()), []).append((j, t))
-    elements = FINGERPRINT_CHUNK_BYTES // 8
+    chunk_bytes = FINGERPRINT_CHUNK_BYTES if device.type == "cuda" else FINGERPRINT_CHUNK_BYTES_CPU
+    elements = max(1, chunk_bytes // 8)
     with torch.no_grad():
         for (k, n), members in groups.items():
             gen = torch.Generator(device=device).manual_seed((key + k) % (1 << 63))
@@ -153,19 +176,24 @@ def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[lis
                 chunk = members[s:s + rows]
                 sums = torch.zeros(len(chunk), dtype=torch.float64, device=device)
                 for c in range(0, n, cols):
-                    stacked = torch.stack([t.detach().reshape(-1)[c:c + cols].to(device).to(torch.float64)
-                                           for _, t in chunk])
-                    draws = torch.randn(stacked.shape, generator=gen, dtype=torch.float64, device=device)
-                    sums += (stacked * draws).sum(dim=1)
+                    stacked = torch.stack([_signable(t.detach().reshape(-1)[c:c + cols].to(device)) for _, t in chunk])
+                    negative = _random_signs((stacked.shape[0], stacked.shape[1]), gen, device)
+                    # sum(x * s) = sum(x) - 2 * sum(x where s = -1): one product of the slice, no negated copy.
+                    sums += stacked.sum(dim=1, dtype=torch.float64)
+                    sums -= 2 * stacked.mul(negative).sum(dim=1, dtype=torch.float64)
                 for (j, _), v in zip(chunk, sums.tolist(), strict=True):
                     result[j][k] = v if math.isfinite(v) else None
     return result
 
 
+def _signable(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype in _SIGNED_EXACTLY else t.to(torch.float64)
+
+
 def fingerprint_scales(outputs: list[Any], atol: float, rtol: float) -> list[list[float | None]]:
     """For each tensor of each (reference) output, sqrt(sum((atol + rtol*|b_i|)**2)): the standard deviation of an
-    output's fingerprint error when every element is off by its whole tolerance (the draws are standard normal), so
-    an output within tolerance is off by more than z of these with the chance of a normal beyond z. None where the
+    output's fingerprint error when every element is off by its whole tolerance (each draw a random sign), so an
+    output within tolerance is off by more than z of these with a chance under exp(-z**2 / 2). None where the
     reference holds a non-finite element (its fingerprint decides nothing)."""
     scales: list[list[float | None]] = []
     elements = FINGERPRINT_CHUNK_BYTES // 8  # a slice at a time: a 3.2 GB output in float64 whole is 6.4 GB a copy

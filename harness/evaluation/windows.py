@@ -35,8 +35,8 @@ PICKS_PER_WINDOW = 2
 CHECKED_WINDOWS = 3
 HANDOVER_BYTES = 1 << 30
 # A fingerprint off the reference's by more than this many scales (an error of the whole tolerance at every
-# element, timing.fingerprint_scales) is a wrong output: an output within its tolerance is that far off with the
-# chance of a standard normal beyond 6, 2e-9.
+# element, timing.fingerprint_scales) is a wrong output: an output within its tolerance is that far off, either way,
+# with a chance under 2 * exp(-18), 3e-8 (random signs are sub-Gaussian: Chernoff's bound, which a normal meets too).
 FINGERPRINT_Z = 6.0
 
 
