@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import Settings  # noqa: E402
-from harness.evaluation.runner import EvalOptions, evaluate, probe_device  # noqa: E402
+from harness.evaluation.prebuild import probe_device  # noqa: E402
+from harness.evaluation.runner import EvalOptions, evaluate  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 
 

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import get_settings  # noqa: E402
-from harness.evaluation import runner  # noqa: E402
+from harness.evaluation import prebuild, runner  # noqa: E402
 from harness.evaluation.warm import TrustedPool  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 
@@ -76,7 +76,7 @@ def main() -> int:
     variants = [(w, i) for w in rounds for i in range(len(varied))]
     registry = get_registry()
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
-    target = runner.probe_device(args.device, settings)
+    target = prebuild.probe_device(args.device, settings)
     pool = TrustedPool(settings) if args.warm else None
     rows = []
     order = [(rep, spec, path, w, v) for rep in range(args.repeats) for spec, path in jobs for w, v in variants]
@@ -87,7 +87,7 @@ def main() -> int:
     chosen = [varied[v] or settings for _, _, _, _, v in order]
     if args.prebuild:
         t0 = time.monotonic()
-        built = runner.precompile_all(sorted(set(texts)), target, settings)
+        built = prebuild.precompile_all(sorted(set(texts)), target, settings)
         print(f"built {sum(b.ok for b in built)} of {len(built)} sources in {time.monotonic() - t0:.1f} s", flush=True)
     try:
         for i, (rep, spec, path, w, v) in enumerate(order):

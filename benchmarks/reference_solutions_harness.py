@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import get_settings  # noqa: E402
-from harness.evaluation.runner import EvalOptions, evaluate, precompile, probe_device  # noqa: E402
+from harness.evaluation.prebuild import precompile, probe_device  # noqa: E402
+from harness.evaluation.runner import EvalOptions, evaluate  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 
 SOLUTIONS = REPO / "reference_solutions"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import grading  # noqa: E402
 from harness.config import get_settings  # noqa: E402
-from harness.evaluation import runner  # noqa: E402
+from harness.evaluation import prebuild, runner  # noqa: E402
 from harness.evaluation.warm import TrustedPool  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 
@@ -40,8 +40,8 @@ def main() -> int:
     settings = get_settings()
     registry = get_registry(args.problems_dir)
     jobs = [(registry.get(p), Path(f)) for p, f in (pair.split("=", 1) for pair in args.pairs)]
-    target = runner.probe_device(args.device, settings)
-    runner.precompile_all(sorted({path.read_text() for _, path in jobs}), target, settings)
+    target = prebuild.probe_device(args.device, settings)
+    prebuild.precompile_all(sorted({path.read_text() for _, path in jobs}), target, settings)
     pool = TrustedPool(settings)
     options = runner.EvalOptions(device=args.device, size=args.size, target=target, trusted_pool=pool, timing=False,
                                  kernel_trace=False)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from harness import artifacts  # noqa: E402
 from harness.config import get_settings  # noqa: E402
-from harness.evaluation.runner import EvalOptions, build_inputs, evaluate, precompile, probe_device  # noqa: E402
+from harness.evaluation.prebuild import build_inputs, precompile, probe_device  # noqa: E402
+from harness.evaluation.runner import EvalOptions, evaluate  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 from harness.service.selfcheck import current_commit  # noqa: E402
 from harness.submission import extract  # noqa: E402

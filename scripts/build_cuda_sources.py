@@ -5,7 +5,7 @@
 
 The reference solutions (both designs) and the CUDA fixtures each take a minute of nvcc; built one after another
 inside their evaluations, they leave the GPU idle for most of a suite run. Here they build side by side, one per
-core, into the build dirs their evaluations on this GPU will find (runner.precompile), and the suite's evaluations
+core, into the build dirs their evaluations on this GPU will find (prebuild.precompile), and the suite's evaluations
 only load them.
 A source that fails to build here builds (and fails) again in its own evaluation: nothing is decided here.
 """
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.config import Settings  # noqa: E402
-from harness.evaluation.runner import precompile_all, probe_device  # noqa: E402
+from harness.evaluation.prebuild import precompile_all, probe_device  # noqa: E402
 
 
 def sources() -> list[Path]:

@@ -112,7 +112,7 @@ class GpuSlot:
 
     def target(self):
         if self._target is None:
-            from harness.evaluation.runner import probe_device
+            from harness.evaluation.prebuild import probe_device
 
             self._target = probe_device(self.device, self.settings)
         return self._target

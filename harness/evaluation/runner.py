@@ -24,7 +24,6 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +35,7 @@ from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
 from harness.evaluation import exchange_probe, gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
+from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_env, build_inputs, sealed_when_built
 from harness.evaluation.protocol import (
     CandidateRequest,
     Construct,
@@ -52,9 +52,8 @@ from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant, 
 from harness.evaluation.rounds import RoundsPlan, TimedRounds
 from harness.evaluation.warm import SpareCandidate, TrustedPool, WarmTrusted
 from harness.problems.spec import ProblemSpec
-from harness.sandbox import builds as build_dirs
 from harness.sandbox import capabilities, limits
-from harness.sandbox.process import ChildExited, ChildProcess, Deadline, scrubbed_env
+from harness.sandbox.process import ChildExited, ChildProcess, scrubbed_env
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
@@ -77,7 +76,6 @@ from harness.verdicts import Phase, device_out_of_memory
 
 log = logging.getLogger("harness.runner")
 
-_PROBE_TIMEOUT_S = 120.0
 # Deadlines of the candidate's commands, from the reference's own time per call: a hang costs seconds, not the
 # problem's whole run limit (which stays the ceiling). The floors leave room for lazy first-call work (CUDA
 # context, cuBLAS handles, a Triton kernel's JIT) on the slowest host.
@@ -342,9 +340,9 @@ class _Evaluation:
                                         self.settings.kill_grace_s)
             if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
-            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)  # "ready": torch imported
+            proc.next_message(time.monotonic() + PROBE_TIMEOUT_S)  # "ready": torch imported
             self.phases.end("reference_start")
-            probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", _PROBE_TIMEOUT_S)
+            probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", PROBE_TIMEOUT_S)
             self.phases.end("probe")
             if self.warm is not None:
                 self.warm.probed = probed
@@ -782,99 +780,6 @@ def trusted_cache_env(settings: Settings) -> dict[str, str]:
     return {}
 
 
-def build_inputs(target: Provenance) -> dict[str, str | None]:
-    """What a build dir's key takes from its target (artifacts.build_key's keyword arguments)."""
-    return {"arch": target.compute_capability or "cpu", "torch_version": target.torch_version,
-            "cuda_version": target.cuda_version, "python": target.python_version}
-
-
-def _build_env(source: str, target: Provenance, settings: Settings, home: Path,
-               extra_env: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """The build dir for this source on this target, and the environment a build there needs."""
-    key = artifacts.build_key(source, **build_inputs(target))
-    builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
-    builds.mkdir(exist_ok=True)
-    env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
-    if target.compute_capability:
-        env["TORCH_CUDA_ARCH_LIST"] = target.compute_capability  # build for this GPU only
-    env.update(windows.timing_env())  # as the trusted side's (Evaluation.start): the two time alike
-    env.update(extra_env)
-    return builds, env
-
-
-def probe_device(device: str = "auto", settings: Settings | None = None,
-                 extra_env: dict[str, str] | None = None) -> Provenance:
-    """What a fresh child sees: device, GPU, torch/CUDA/Python versions. A worker asks once per slot."""
-    settings = settings or get_settings()
-    extra_env = extra_env or {}
-    with artifacts.scratch_dir(settings) as work:
-        proc = ChildProcess("harness.evaluation.trusted", [], cwd=work, env=scrubbed_env(extra_env, work),
-                            log_path=work / "probe.log", kill_grace_s=settings.kill_grace_s)
-        try:
-            proc.next_message(time.monotonic() + _PROBE_TIMEOUT_S)
-            probed = Trusted(proc, _PROBE_TIMEOUT_S).call({"cmd": "probe", "device": device}, "probed")
-            return Provenance(started_at=datetime.now(timezone.utc), **probed)
-        except (Deadline, ChildExited) as e:
-            raise RuntimeError(f"probing device {device!r} failed: {e}\n{proc.log_tail()}") from None
-        except TrustedFailed as e:
-            raise RuntimeError(f"probing device {device!r} failed: {e}") from None
-        finally:
-            with contextlib.suppress(ChildExited):
-                proc.send({"cmd": "exit"})
-            proc.reap()
-
-
-@dataclass
-class PrecompileResult:
-    ok: bool
-    seconds: float
-    log_tail: str
-
-
-def precompile(text: str, target: Provenance, settings: Settings | None = None, *, timeout_s: float = 600.0,
-               extra_env: dict[str, str] | None = None) -> PrecompileResult:
-    """Warm the build cache for a submission on a CPU, ahead of its GPU evaluation.
-
-    Imports the submission (which runs its load_inline builds) in a fresh child that sees no GPU,
-    into the build dir its evaluation on `target` will use. The outcome decides nothing: a
-    submission that needs the GPU at import fails here and simply compiles in its evaluation.
-    """
-    settings = settings or get_settings()
-    t0 = time.monotonic()
-    try:
-        source = extract(text).source
-    except InvalidSubmission as e:
-        return PrecompileResult(False, 0.0, str(e))
-    with artifacts.scratch_dir(settings) as home:
-        builds, env = _build_env(source, target, settings, home, {"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
-        (home / "submission.py").write_text(source)
-        finished = False
-        with artifacts.exclusive_build_dir(builds), _sealed_when_built(builds, settings):
-            proc = ChildProcess("harness.evaluation.child", ["--compile-only", str(home / "submission.py")], cwd=home,
-                                env=scrubbed_env(env, home), log_path=home / "precompile.log",
-                                kill_grace_s=settings.kill_grace_s,
-                                jail=limits.jail(settings, untrusted=True, writable=[home, builds]))
-            try:
-                while True:
-                    msg = proc.next_message(proc.started_at + timeout_s)
-                    if msg.event in ("imported", "error"):
-                        finished = msg.event == "imported"
-                        break
-            except (Deadline, ChildExited):
-                pass
-            finally:
-                proc.reap()
-        return PrecompileResult(finished, time.monotonic() - t0, proc.log_tail(4096))
-
-
-def precompile_all(texts: list[str], target: Provenance, settings: Settings, workers: int | None = None,
-                   **kw: Any) -> list[PrecompileResult]:
-    """`precompile` each text, `workers` side by side (default: one per core), each in a child of its own; the
-    results in the order of `texts`."""
-    with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda text: precompile(text, target, settings, **kw), texts))
-
-
 def traces_kernels(device: str, source: str, options: EvalOptions) -> bool:
     """Whether a timed window of the candidate's is traced: on CUDA, unless the options say no or the source can launch
     no kernel of its own (it builds nothing and imports only torch: `kernels.launches_only_library_kernels`)."""
@@ -893,12 +798,12 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
                                kernel_trace=traces_kernels(target.device, source, options))
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
-    builds, env = _build_env(source, target, settings, home, options.extra_env)
+    builds, env = build_env(source, target, settings, home, options.extra_env)
     build_lock = contextlib.ExitStack()
     build_lock.enter_context(artifacts.exclusive_build_dir(builds, wait=wait_for_build))
     try:
         # Sealed when the lock goes: once ModelNew is constructed (nothing more is built), or at the process's end.
-        build_lock.enter_context(_sealed_when_built(builds, settings))
+        build_lock.enter_context(sealed_when_built(builds, settings))
         proc = ChildProcess("harness.evaluation.child", ["--request", str(request_path)], cwd=home,
                             env=scrubbed_env(env, home), log_path=job / "candidate.log",
                             kill_grace_s=settings.kill_grace_s,
@@ -908,23 +813,3 @@ def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, setti
         build_lock.close()
         raise
     return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s, source)
-
-
-@contextlib.contextmanager
-def _sealed_when_built(builds: Path, settings: Settings):
-    """Within a build dir's lock: the dir as its last build left it (anything else there emptied, to be built again),
-    then sealed when the build is done: its outputs only, read-only to the candidate (sandbox/builds.py). A dir of
-    the evaluation's own (no build cache) outlives nothing: it is left as it is."""
-    if not settings.build_cache:
-        yield
-        return
-    build_dirs.restore(builds)
-    try:
-        yield
-    finally:
-        try:
-            build_dirs.seal(builds)
-        except OSError as e:  # what cannot be sealed is emptied at the next use (no manifest: restore empties it)
-            log.warning("build dir %s could not be sealed (%s): it is emptied at its next use", builds, e)
-            with contextlib.suppress(OSError):
-                artifacts.build_manifest(builds).unlink()

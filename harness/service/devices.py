@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from harness.config import Settings
-from harness.evaluation.runner import probe_device
+from harness.evaluation.prebuild import probe_device
 from harness.schema import Provenance
 
 log = logging.getLogger("harness.worker")

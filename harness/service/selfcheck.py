@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 
 from harness.config import Settings
 from harness.evaluation import reduced_size
-from harness.evaluation.runner import EvalOptions, evaluate, probe_device
+from harness.evaluation.prebuild import probe_device
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems.spec import ProblemSpec, SizeVariant
 from harness.schema import Precision, Provenance
 

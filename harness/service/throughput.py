@@ -2,7 +2,7 @@
 
 Every mode runs the service's own worker (`service.worker.Worker`) on one slot, over the same sources:
   serial     no compile pool, a fresh build cache: the slot compiles each submission inside its evaluation;
-  pipelined  a fresh build cache; the worker's compile pool precompiles ahead (`runner.precompile`) while the
+  pipelined  a fresh build cache; the worker's compile pool precompiles ahead (`prebuild.precompile`) while the
              slot evaluates (taking the built jobs of the problem its trusted process is warm for first);
   warm       the same submissions again, their builds cached by the pipelined mode (built first, untimed, where
              that mode did not run), queued problem by problem
@@ -31,7 +31,8 @@ from pydantic import BaseModel
 from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.session import Database
-from harness.evaluation.runner import EvalOptions, PrecompileResult, evaluate, precompile, precompile_all
+from harness.evaluation.prebuild import PrecompileResult, precompile, precompile_all
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems import Registry, UnknownProblem
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities

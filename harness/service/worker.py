@@ -33,7 +33,8 @@ from harness.db import crud, queries
 from harness.db.models import Job, JobStatus, ResultOrigin, Submission
 from harness.db.session import Database
 from harness.evaluation import runner
-from harness.evaluation.runner import EvalOptions, PrecompileResult, evaluate, precompile
+from harness.evaluation.prebuild import PrecompileResult, precompile
+from harness.evaluation.runner import EvalOptions, evaluate
 from harness.evaluation.warm import TrustedPool
 from harness.precision import check as check_precision
 from harness.problems import Registry, UnknownProblem

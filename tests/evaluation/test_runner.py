@@ -119,7 +119,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
 
 
 def test_with_the_slots_target_the_candidate_starts_beside_the_trusted_side_and_still_passes(run_fixture, settings):
-    from harness.evaluation.runner import probe_device
+    from harness.evaluation.prebuild import probe_device
 
     target = probe_device("cpu", settings)
     r = run_fixture("level2/75", "l75_pytorch_correct.py", target=target)
@@ -134,7 +134,7 @@ def test_with_the_slots_target_the_candidate_starts_beside_the_trusted_side_and_
 
 def test_a_stale_target_restarts_the_candidate_for_the_device_found_and_the_submission_still_passes(
         run_fixture, settings, caplog):
-    from harness.evaluation.runner import probe_device
+    from harness.evaluation.prebuild import probe_device
 
     stale = probe_device("cpu", settings).model_copy(update={"torch_version": "0.0.1"})
     with caplog.at_level("WARNING", logger="harness.runner"):
@@ -145,7 +145,7 @@ def test_a_stale_target_restarts_the_candidate_for_the_device_found_and_the_subm
 
 
 def test_a_wrong_constructor_with_an_early_candidate_is_invalid_submission(run_fixture, settings):
-    from harness.evaluation.runner import probe_device
+    from harness.evaluation.prebuild import probe_device
 
     r = run_fixture("level2/30", "l30_wrong_signature.py", target=probe_device("cpu", settings))
     assert r.verdict == Verdict.invalid_submission, r.message
@@ -404,7 +404,7 @@ def test_scratch_dirs_are_removed_and_logs_kept(run_fixture, settings):
 
 
 def test_precompile_on_a_cpu_warms_the_build_cache_the_evaluation_then_uses(settings, run_fixture):
-    from harness.evaluation.runner import precompile, probe_device
+    from harness.evaluation.prebuild import precompile, probe_device
 
     source = (SUBMISSIONS / "l30_cpp_correct.py").read_text().replace("kh_test_hardtanh", "kh_test_precompiled")
     target = probe_device("cpu", settings)

@@ -141,7 +141,8 @@ def test_an_evaluation_cut_short_while_its_hand_overs_are_compared_keeps_its_tru
 def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluation_begins(registry, settings, pool):
     """The next evaluation's candidate process starts while the slot is busy: torch imported, no submission code.
     Its evaluation then waits only for the submission's own import, and gets the same verdicts."""
-    from harness.evaluation.runner import prestart, probe_device
+    from harness.evaluation.prebuild import probe_device
+    from harness.evaluation.runner import prestart
 
     target = probe_device("cpu", settings)
     spec = registry.get("level2/30")

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from harness.db import crud, queries
 from harness.db.models import Job, Result
 from harness.evaluation import runner
-from harness.evaluation.runner import PrecompileResult
+from harness.evaluation.prebuild import PrecompileResult
 from harness.grading import grade
 from harness.problems import get_registry
 from harness.reporting import ranked
@@ -257,7 +257,7 @@ def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc
     """Four jobs of one problem on one slot (CPU, with starting ahead switched on): the trusted process starts once,
     each next job's candidate process is started while the current job is evaluated, back to back, and every
     verdict is the same as a cold evaluation's."""
-    from harness.evaluation.runner import probe_device
+    from harness.evaluation.prebuild import probe_device
 
     settings = svc_settings.model_copy(update={"prestart_candidates": "on"})
     texts = [(SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n" for i in range(4)]
