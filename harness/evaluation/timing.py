@@ -125,9 +125,9 @@ def pin_thread(cores: list[int] | None) -> list[int]:
 FINGERPRINT_CHUNK_BYTES = 256 << 20
 FINGERPRINT_CHUNK_BYTES_CPU = 256 << 10
 
-# Floating dtypes whose negation is exact in the dtype itself: fingerprinted as they are, summed in float64. Others
-# (integers, bool, the float8 kinds) are made float64 first.
-_SIGNED_EXACTLY = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# Floating dtypes fingerprinted as they are (a product with 0 or 1 is exact in each), summed in float64. Others
+# (integers, bool, the float8 kinds, complex) are made float64 first, as every output was before.
+_KEPT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _tensors_of(output: Any) -> list[torch.Tensor | None]:
@@ -187,14 +187,14 @@ def fingerprints(outputs: list[Any], key: int, device: torch.device) -> list[lis
 
 
 def _signable(t: torch.Tensor) -> torch.Tensor:
-    return t if t.dtype in _SIGNED_EXACTLY else t.to(torch.float64)
+    return t if t.dtype in _KEPT_DTYPES else t.to(torch.float64)
 
 
 def fingerprint_scales(outputs: list[Any], atol: float, rtol: float) -> list[list[float | None]]:
     """For each tensor of each (reference) output, sqrt(sum((atol + rtol*|b_i|)**2)): the standard deviation of an
     output's fingerprint error when every element is off by its whole tolerance (each draw a random sign), so an
-    output within tolerance is off by more than z of these with a chance under exp(-z**2 / 2). None where the
-    reference holds a non-finite element (its fingerprint decides nothing)."""
+    output within tolerance is off by more than z of these, either way, with a chance under 2 * exp(-z**2 / 2). None
+    where the reference holds a non-finite element (its fingerprint decides nothing)."""
     scales: list[list[float | None]] = []
     elements = FINGERPRINT_CHUNK_BYTES // 8  # a slice at a time: a 3.2 GB output in float64 whole is 6.4 GB a copy
     with torch.no_grad():
