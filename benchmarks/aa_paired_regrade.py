@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A/A runs re-graded from their stored windows by a second rule, beside the rule that ranks: no evaluation runs.
+
+    python benchmarks/aa_paired_regrade.py docs/results/cpu-aa-vm-e142e9e-sign-draws.json
+
+Reads timing_fidelity.py's JSON. The rule that ranks is the ratio of two medians: eager's median time a call over the
+candidate's, each over its own windows (grading._speedup), marked where either kind's windows spread over 10%
+(grading.SPREAD_LIMIT). The paired rule takes each round's own ratio (eager's window and the candidate's of that
+round: the same seeds, moments apart, each net of the median empty window and the candidate's with its charge) and
+the median over rounds, marked where those ratios spread over 10%. Where the noise is the host's and common to both
+windows of a round, the paired rule cancels it; where each process runs at a speed of its own, it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+SPREAD_LIMIT = 0.10
+NEAR = 0.05
+
+
+def _spread(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return (q[2] - q[0]) / statistics.median(values)
+
+
+def _per_call(t: dict) -> list[float]:
+    calls = t["calls_per_window"]
+    empty = (t.get("overhead_ms") or 0.0) * calls
+    charges = t.get("charged_ms") or [0.0] * len(t["windows_ms"])
+    return [(max(w - empty, 0.0) + c) / calls for w, c in zip(t["windows_ms"], charges, strict=True)]
+
+
+def rows(path: Path) -> list[dict]:
+    out = []
+    for problem, runs in json.loads(path.read_text())["runs"].items():
+        for run in runs:
+            cand, eager = run["timings"].get("candidate"), run["timings"].get("eager")
+            if not cand or not eager or not cand.get("windows_ms"):
+                continue
+            ratios = [e / c for c, e in zip(_per_call(cand), _per_call(eager), strict=True) if c > 0]
+            paired = statistics.median(ratios)
+            out.append({"problem": problem, "medians": eager["median_ms"] / cand["median_ms"],
+                        "medians_marked": max(cand["spread"], eager["spread"]) > SPREAD_LIMIT,
+                        "paired": paired, "paired_marked": _spread(ratios) > SPREAD_LIMIT})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args()
+    print("| file | rule | runs | median | worst | within 5% | marked | within 5% and unmarked |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in args.files:
+        got = rows(path)
+        for rule in ("medians", "paired"):
+            values = [r[rule] for r in got]
+            near = [abs(v - 1) <= NEAR for v in values]
+            marked = [r[f"{rule}_marked"] for r in got]
+            worst = max(values, key=lambda v: abs(v - 1))
+            print(f"| {path.name} | {rule} | {len(got)} | {statistics.median(values):.3f}x | {worst:.3f}x | "
+                  f"{sum(near)} | {sum(marked)} | {sum(n and not m for n, m in zip(near, marked, strict=True))} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
