@@ -154,9 +154,10 @@ def test_every_reference_in_the_ci_sample_passes_its_own_evaluation(tmp_path: Pa
                             Settings(data_dir=tmp_path / "data"))
     failed = [(r.problem, r.verdict, r.message) for r in rows if r.verdict != "passed"]
     assert not failed, failed
-    # 561 s and 605 s at 0a4b9fd on the 2-core VM, the suite's other tests done or waiting (serial): the bound keeps
-    # the sample's cost in sight, well inside CI's 90 minutes.
-    assert all(r.size != "-" for r in rows) and time.monotonic() - t0 < 900
+    # 561 s and 605 s at 0a4b9fd on the 2-core VM, the suite's other tests done or waiting (serial); 1033 s at
+    # 288d967 on a day the VM ran the same forward at half its usual speed (benchmarks/cpu_core_speed.py), the whole
+    # suite then about 75 minutes: the bound keeps the sample's cost in sight, inside CI's 90 minutes.
+    assert all(r.size != "-" for r in rows) and time.monotonic() - t0 < 1500
 
 
 def test_the_selfcheck_table_shows_a_rows_flags_beside_its_a_a_speedup():

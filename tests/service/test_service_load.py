@@ -37,6 +37,9 @@ def test_rl_clients_get_fast_answers_no_5xx_and_no_lost_or_duplicated_submission
     assert figures["lost"] == figures["duplicated"] == figures["unanswered_but_stored"] == 0, figures
     assert figures["submissions_with_other_than_one_job"] == 0, figures
     # 32 clients pausing 0.2 s on the 2-core VM, at load averages of 5-6 from other work: p99 109, 167 and 321 ms
-    # (359 and 609 ms with a second load run beside it). 750 ms passes a loaded CI machine and fails the 940 ms
-    # that 64 clients met when every 429 was parsed and written first (the pool deadlock stalled for 30 s).
-    assert submit["p99_ms"] < 750, submit
+    # (359 and 609 ms with a second load run beside it); 814 ms in a whole suite on a day the VM ran the same forward
+    # at half its usual speed (cpu_core_speed.py). The pool deadlock that 64 clients once met (every 429 parsed and
+    # written first) stalled requests for 30 s: the longest answer catches that on a host of any speed, the p99 a
+    # tail grown several times over.
+    assert submit["p99_ms"] < 1500, submit
+    assert submit["max_ms"] < 20_000, submit
