@@ -114,7 +114,7 @@ def test_the_signs_are_fair_at_every_byte_of_a_random_word():
 
 
 def test_an_output_that_is_not_floating_point_is_fingerprinted_as_float64():
-    """Integer and bool outputs (argmax, a mask) have no exact negation of their own; they are counted as float64."""
+    """Integer and bool outputs (argmax, a mask) are counted as float64, as every output was before the signs."""
     a = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([True, False, True])]
     b = [t.double() for t in a]
     assert timing.fingerprints(a, 2, CPU) == timing.fingerprints(b, 2, CPU)
