@@ -37,9 +37,22 @@ class Settings(BaseSettings):
     # interleaved; each window lasts about window_ms at the reference's speed. On CUDA 12 rounds: a median of 12
     # windows is about 12% noisier than one of 15 (sqrt(15/12)) for 0.75 s less an evaluation (README, phase table).
     # The A/A ratio of two medians of n windows whose spread (interquartile range over median) is s is known to
-    # about 2.6 s / sqrt(n) (95%): at a 5% spread, 7 windows leave +-4.9%, 12 +-3.7%. So 12 on the CPU too.
+    # about 2.6 s / sqrt(n) (95%): at a 5% spread, 7 windows leave +-4.9%, 12 +-3.7%. So 12 on the CPU too. These are
+    # the most; the rounds end after timing_windows_least once the ratio is known to timing_known_to (windows.
+    # ratio_halfwidth): the built-in problems' windows on an H200 spread 0.3-0.4%, and 6 know their ratio to 0.55%.
     timing_windows_cuda: int = Field(default=12, ge=3)
     timing_windows_cpu: int = Field(default=12, ge=3)
+    timing_windows_least: int = Field(
+        default=6, ge=3,
+        description="The fewest timed rounds: after these the rounds end once the candidate's time over each "
+                    "baseline's is known to timing_known_to, and run on up to timing_windows_cuda/_cpu where the "
+                    "windows disagree.",
+    )
+    timing_known_to: float = Field(
+        default=0.01, ge=0,
+        description="What the candidate's time over each baseline's must be known to (95%, relative) for the timed "
+                    "rounds to end before their most; 0 runs every round.",
+    )
     window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
     window_fixed_cost_factor: float = Field(

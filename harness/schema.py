@@ -355,6 +355,10 @@ class Observations(BaseModel):
     # side from it, where something did (its own words: a claim of the candidate's is a diagnostic, never a figure).
     timing_core: int | None = None
     timing_core_refused: str | None = None
+    # What the candidate's time over each baseline's was known to when the timed rounds ended (95%, relative;
+    # windows.ratio_halfwidth), the wider of eager's and torch.compile's: the rounds end early once it is within the
+    # plan's aim (rounds.RoundsPlan.known_to). None where no round was timed.
+    timing_known_to: float | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another
     # process's (ms; the candidate's processes stopped since its reply), and how many windows found it busy still

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ class RoundsPlan:
     """What the rounds are: how many, of which kinds, how long a window should last, on which device."""
 
     device: str  # cuda | cpu
-    rounds: int  # timed rounds, after two warm-up rounds
+    rounds: int  # the most timed rounds, after two warm-up rounds
     kinds: tuple[str, ...]  # candidate, eager, empty, and compile where torch.compile is a baseline
     window_ms: float  # what a window should last
     calls: int  # a window's calls at the reference's speed (windows.calls_per_window), before any is timed
@@ -75,6 +76,15 @@ class RoundsPlan:
     lead_in_ms: float = 0.0
     # The core both sides' window threads are kept to for the rounds (timing.pin_thread); None: wherever they run.
     core: int | None = None
+    # The timed rounds end after `least_rounds` (None: `rounds`, every one) once the candidate's time over each
+    # baseline's is known to `known_to` (95%, relative: windows.ratio_halfwidth); windows that disagree run on, up to
+    # `rounds`. 0: every round.
+    least_rounds: int | None = None
+    known_to: float = 0.0
+
+    def fewest(self) -> int:
+        """The timed rounds an evaluation runs at least."""
+        return max(1, min(self.least_rounds or self.rounds, self.rounds))
 
 
 class TimedRounds:
@@ -144,9 +154,13 @@ class TimedRounds:
         calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls, fixed_ms,
                                             factor=p.fixed_cost_factor))
         sized = {"eager": 0, "candidate": 0}  # each kind's calls by its fastest warm-up window so far
-        chance = windows.check_chance(p.rounds, p.output_bytes)
-        traced = self.draw.randrange(p.rounds) if p.traced else None  # the timed round whose window is traced
-        for r in range(-2, p.rounds):  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
+        # The hand-overs' chance and the traced round are drawn over the rounds every evaluation runs: none is lost
+        # to rounds that end early.
+        chance = windows.check_chance(p.fewest(), p.output_bytes)
+        traced = self.draw.randrange(p.fewest()) if p.traced else None  # the timed round whose window is traced
+        r, last = -2, False
+        while not last:  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
+            last = r >= 0 and self._last_round(r, calls, walls)
             # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
             # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
             # the same calls, the number its time is divided by.
@@ -159,8 +173,9 @@ class TimedRounds:
                 for kind in self.kinds:
                     walls[kind].clear()
                     seen[kind].clear()
-            self._round(r, calls, traced, chance, walls, seen, check)
+            self._round(r, calls, traced, chance, walls, seen, check, last)
             self.phase("timing_warmup" if r < 0 else "timed_windows")
+            r += 1
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms)
@@ -170,15 +185,39 @@ class TimedRounds:
         series["candidate"].charged_ms = windows.fingerprint_charges(
             check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_own_ms,
             grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms)
+        known_to = self._known_to(calls, walls, len(walls["candidate"]))
+        obs.timing_known_to = round(known_to, 6) if math.isfinite(known_to) else None
         obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
         obs.eager_timing = windows.stats(series["eager"], series["empty"])
         if "compile" in self.kinds:
             obs.compile_timing = windows.stats(series["compile"], series["empty"])
 
+    def _last_round(self, r: int, calls: int, walls: dict[str, list[float]]) -> bool:
+        """Whether timed round `r` is the last: the plan's last, or one of at least its fewest where the windows so far
+        say that with this round the candidate's time over each baseline's is known to the plan's aim. Decided before
+        the round, so that it is a round like any other (its hand-over, where none was drawn, is made there)."""
+        p = self.plan
+        if r >= p.rounds - 1:
+            return True
+        if p.known_to <= 0 or r + 1 < p.fewest() or r < 2:
+            return False
+        return self._known_to(calls, walls, r + 1) <= p.known_to
+
+    def _known_to(self, calls: int, walls: dict[str, list[float]], n: int) -> float:
+        """What the candidate's time over each baseline's is known to with `n` windows each of the spreads the timed
+        windows so far show (the wider of eager's and torch.compile's), their times per call less the empty window's."""
+        if not walls["candidate"] or not walls["empty"]:
+            return math.inf
+        empty = statistics.median(walls["empty"])
+        per_call = {kind: [max(w - empty, 0.0) / calls for w in walls[kind]] for kind in self.kinds}
+        return max(windows.ratio_halfwidth(per_call["candidate"], per_call[kind], n)
+                   for kind in ("eager", "compile") if kind in self.kinds)
+
     def _round(self, r: int, calls: int, traced: int | None, chance: float, walls: dict[str, list[float]],
-               seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck) -> None:
+               seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck, last: bool = False) -> None:
         """Round `r`: every kind's window on the same fresh seeds, in a drawn order; in a timed round, the candidate's
-        fingerprints (and perhaps a hand-over) and eager's, compared."""
+        fingerprints (and perhaps a hand-over: in the `last` round, where none was drawn before) and eager's,
+        compared."""
         window_limit = self.deadline(calls, 0)
         seeds = [self.seeds.randrange(1 << 62) for _ in range(calls)]
         forward = [self.seeds.randrange(1 << 62) for _ in range(calls)]
@@ -206,7 +245,7 @@ class TimedRounds:
                     got = self._fingerprint(key, window_limit, check)
                     phase("fingerprints")
                     # Whether this window is handed over is drawn only now that it has closed (the last, if none was).
-                    if self.draw.random() < chance or (r == self.plan.rounds - 1 and not check.expected):
+                    if self.draw.random() < chance or (last and not check.expected):
                         self._handover(r, seeds, forward, check)
                         phase("handovers")
                 self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's

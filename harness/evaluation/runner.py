@@ -564,7 +564,10 @@ class _Evaluation:
             call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
             staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms,
-            core=windows.timing_core(self.settings.timing_core, device, self._visible()))
+            core=windows.timing_core(self.settings.timing_core, device, self._visible()),
+            # Rounds asked for by number (options.windows) run every one.
+            least_rounds=None if self.options.windows else self.settings.timing_windows_least,
+            known_to=0.0 if self.options.windows else self.settings.timing_known_to)
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,

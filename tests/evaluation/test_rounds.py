@@ -119,8 +119,11 @@ class FakeCandidate:
     """The candidate: its windows last `call_ms` a call; its fingerprints are honest unless `off_by`; it hands over
     the outputs picked; `cpu_used` is what its CPU clock moves during each reference window (0 when they run out)."""
 
-    def __init__(self, outputs: Path, call_ms: float = 5.0, off_by: float = 0.0, cpu_used: list[int] | None = None):
+    def __init__(self, outputs: Path, call_ms: float = 5.0, off_by: float = 0.0, cpu_used: list[int] | None = None,
+                 jitter: float = 0.0):
         self.outputs, self.call_ms, self.off_by, self.cpu_used = outputs, call_ms, off_by, list(cpu_used or [])
+        self.jitter = jitter  # each window's calls take up to this fraction more or less, drawn
+        self.noise = random.Random(5)
         self.sent_at = 100.0
         self.windows: list[int] = []  # calls of each window
         self.pauses = 0
@@ -144,7 +147,8 @@ class FakeCandidate:
             # Staged: its inputs are what the window segment holds (the fake trusted side's, given it by the test).
             self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
             assert len(self.last_seeds) == len(command.forward_seeds)
-            return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + self.call_ms * len(command.seeds))
+            call_ms = self.call_ms * (1.0 + self.jitter * self.noise.uniform(-1.0, 1.0))
+            return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + call_ms * len(command.seeds))
                            / 1e3)
         if command.cmd == "fingerprint":
             sums = [[s + self.off_by for s in row] for row in _sums(self.last_seeds)]  # type: ignore[operator]
@@ -176,11 +180,12 @@ class FakeCandidate:
 def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
             traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False,
-            core: int | None = None) -> tuple[TimedRounds, list[str]]:
+            core: int | None = None, least_rounds: int | None = None, known_to: float = 0.0
+            ) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
                       output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced, staged=staged,
-                      lead_in_ms=20.0 if staged else 0.0, core=core)
+                      lead_in_ms=20.0 if staged else 0.0, core=core, least_rounds=least_rounds, known_to=known_to)
     candidate.events = trusted.events  # one list: the order of both sides' commands
     candidate.segment = lambda: trusted.segment
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
@@ -251,6 +256,36 @@ def test_the_traced_round_is_one_timed_round_and_only_where_traced(tmp_path):
     untraced = FakeCandidate(tmp_path / "p")
     _rounds(tmp_path, FakeTrusted(), untraced)[0].run()
     assert untraced.traced == []
+
+
+def test_windows_that_agree_end_the_rounds_at_the_fewest_with_their_trace_and_a_hand_over(tmp_path):
+    """Windows of a steady candidate and eager know their ratio at once: after the fewest rounds (3 of the most 12)
+    the rounds end, the traced window and at least one hand-over among them, whatever the draws."""
+    for seed in range(6):
+        candidate = FakeCandidate(tmp_path / f"o{seed}")
+        rounds, _ = _rounds(tmp_path, FakeTrusted(), candidate, rounds=12, traced=True, least_rounds=3,
+                            known_to=0.01)
+        rounds.draw = random.Random(seed)
+        rounds.run()
+        obs = rounds.obs
+        assert obs.candidate_timing is not None and obs.candidate_timing.n == 3
+        assert len(candidate.windows) == 1 + 2 + 3 and len(candidate.traced) == 1 and 0 <= candidate.traced[0] < 3
+        assert obs.timed_outputs is not None and obs.timed_outputs.expected >= 1
+        assert obs.timing_known_to == pytest.approx(0.0)
+
+
+def test_windows_that_disagree_run_every_round_and_say_what_the_ratio_is_known_to(tmp_path):
+    """A candidate whose calls take 5 ms +-30%, drawn window by window: its ratio is not known to 1% by the most
+    rounds (8), so all 8 run; what it is known to then is recorded. With the aim off, every round runs too."""
+    noisy = FakeCandidate(tmp_path / "o", jitter=0.3)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(), noisy, rounds=8, least_rounds=3, known_to=0.01)
+    rounds.run()
+    obs = rounds.obs
+    assert obs.candidate_timing is not None and obs.candidate_timing.n == 8
+    assert obs.timing_known_to is not None and obs.timing_known_to > 0.01
+    off, _ = _rounds(tmp_path, FakeTrusted(), FakeCandidate(tmp_path / "p"), rounds=8, least_rounds=3)
+    off.run()
+    assert off.obs.candidate_timing is not None and off.obs.candidate_timing.n == 8
 
 
 def test_the_candidate_is_paused_after_every_turn_and_after_each_fingerprint(tmp_path):

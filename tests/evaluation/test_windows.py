@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import random
+import statistics
 import subprocess
 import sys
 
@@ -49,6 +51,24 @@ def test_spread_is_the_interquartile_range_over_the_median():
     # One slow window in fifteen (a hiccup of the host) barely moves it.
     steady = [10.0] * 14 + [50.0]
     assert windows.spread(steady) == 0.0
+
+
+def test_what_a_ratio_is_known_to_holds_the_true_ratio_about_95_percent_of_the_time():
+    """Two kinds of the same speed, windows of 2% normal noise: the ratio of their medians falls within the half-width
+    estimated from the windows themselves in 92-98% of 2,000 draws, at 6 windows (where the rounds may end) and at
+    12; with the normal's 1.96 for Student's t, 6 windows held it 87% of the time."""
+    rng = random.Random(1)
+    for n in (6, 12):
+        held = 0
+        for _ in range(2000):
+            a, b = [rng.gauss(1.0, 0.02) for _ in range(n)], [rng.gauss(1.0, 0.02) for _ in range(n)]
+            held += abs(statistics.median(a) / statistics.median(b) - 1.0) <= windows.ratio_halfwidth(a, b, n)
+        assert 0.92 <= held / 2000 <= 0.98, (n, held)
+    assert windows.ratio_halfwidth([10.0] * 6, [20.0] * 6, 6) == 0.0  # windows that agree know their ratio
+    # Wider with more spread, narrower with more windows.
+    steady, loose = [9.9, 10.0, 10.1, 10.0, 9.9, 10.1], [9.0, 10.0, 11.0, 10.0, 9.0, 11.0]
+    assert windows.ratio_halfwidth(steady, steady, 6) < windows.ratio_halfwidth(loose, steady, 6)
+    assert windows.ratio_halfwidth(loose, steady, 12) < windows.ratio_halfwidth(loose, steady, 6)
 
 
 def test_about_three_windows_are_handed_over_whole_and_fewer_where_their_bytes_do_not_fit():
