@@ -16,8 +16,8 @@ mid-command is never kept.
 It also holds spare candidate processes (`SpareCandidate`): the next evaluation's, started ahead while the current
 one runs, confined as its own evaluation's would be. Each imports torch and waits: the submission is imported only
 when its evaluation begins (`Import`), so no submission code runs beside another's timed windows. At most
-MAX_SPARES wait at once (the current evaluation's, taken when it begins, and the next one's); an older one is
-ended.
+`Settings.prestart_depth` + 1 wait at once (the current evaluation's, taken when it begins, and the next ones'); an
+older one is ended.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from harness.sandbox.process import ChildExited
 log = logging.getLogger("harness.runner")
 
 RELEASE_TIMEOUT_S = 60.0
-MAX_SPARES = 2
 
 
 @dataclass
@@ -99,7 +98,7 @@ class SpareCandidate:
 
 
 class TrustedPool:
-    """Warm trusted processes (one per key, at most `warm_trusted_per_slot`) and MAX_SPARES spare candidates, for
+    """Warm trusted processes (one per key, at most `warm_trusted_per_slot`) and `max_spares` spare candidates, for
     the evaluations of one slot, one after another. The warm processes are the evaluating thread's alone; spares
     may be added from another (a worker's starter thread), so their list is locked."""
 
@@ -107,6 +106,7 @@ class TrustedPool:
         self.settings = settings
         self.kept: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # least recently used first
         self.spares: list[SpareCandidate] = []  # oldest first
+        self.max_spares = settings.prestart_depth + 1
         self._spares_lock = threading.Lock()
         self.started = 0  # trusted processes started for this pool's evaluations
         self.reused = 0  # evaluations that found one warm
@@ -171,8 +171,8 @@ class TrustedPool:
     def keep_spare(self, spare: SpareCandidate) -> None:
         with self._spares_lock:
             self.spares.append(spare)
-            old = self.spares[:-MAX_SPARES]
-            del self.spares[:-MAX_SPARES]
+            old = self.spares[:-self.max_spares]
+            del self.spares[:-self.max_spares]
         for s in old:
             s.close()
 

@@ -194,13 +194,15 @@ class Worker:
     # ---- claiming ------------------------------------------------------------------------------------
 
     def _capacity(self) -> int:
-        # A slot that starts the next job's candidate ahead holds that job too.
+        # A slot that starts the next jobs' candidates ahead holds those jobs too.
         live = [s for s in self.slots if s.name not in self.stats.retired_slots]
         return len(live) + sum(self._ahead(s) for s in live) + self.compile_workers
 
-    def _ahead(self, slot: Slot) -> bool:
+    def _ahead(self, slot: Slot) -> int:
+        """How many next jobs the slot starts candidates for ahead (0: none)."""
         mode = self.settings.prestart_candidates
-        return mode == "on" or (mode == "auto" and slot.device == "cuda")
+        on = mode == "on" or (mode == "auto" and slot.device == "cuda")
+        return self.settings.prestart_depth if on else 0
 
     def accepts(self) -> set[str]:
         """The job needs this worker's live slots meet: a CPU-only worker leaves a CUDA job for a GPU worker."""
@@ -354,7 +356,7 @@ class Worker:
         # The slot's trusted process stays warm between evaluations of one problem, and the next job's candidate
         # process starts while the current job is evaluated (harness/evaluation/warm.py).
         pool = TrustedPool(self.settings)
-        upcoming: list[_Held] = []  # the next job, taken while the current one is evaluated
+        upcoming: list[_Held] = []  # the next jobs, oldest first, taken while the current one is evaluated
         evaluating, ending = threading.Event(), threading.Event()
         # The starter thread lives as long as this loop: a child dies with the thread that started it (the jail's
         # parent-death signal), so a spare's must outlive the evaluation during which it was started.
@@ -365,7 +367,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 if upcoming:
-                    h = upcoming.pop()
+                    h = upcoming.pop(0)
                 else:
                     try:
                         h = self._ready_q.get(0.2, prefer=self._warm_for.get(slot.name))
@@ -394,12 +396,13 @@ class Worker:
 
     def _look_ahead(self, slot: Slot, pool: TrustedPool, upcoming: list[_Held], evaluating: threading.Event,
                     ending: threading.Event) -> None:
-        """While the slot evaluates a job and no next one waits started: take the next ready one and start its
-        candidate's process ahead. The slot taking that one empties `upcoming` again, so each evaluation of a stream
-        has the next started beside it (waiting instead for the slot to go idle, it missed each turn shorter than
-        its poll: in a warm stream on an H100, 1 of 7 evaluations had its candidate started ahead)."""
+        """While the slot evaluates a job and fewer than its depth (`Settings.prestart_depth`) wait started: take the
+        next ready one and start its candidate's process ahead. The slot taking the oldest makes room again, so each
+        evaluation of a stream has the next ones started beside it (waiting instead for the slot to go idle, it
+        missed each turn shorter than its poll: in a warm stream on an H100, 1 of 7 evaluations had its candidate
+        started ahead)."""
         while not ending.is_set() and not self._stop.is_set():
-            if upcoming or not evaluating.wait(0.2):
+            if len(upcoming) >= self._ahead(slot) or not evaluating.wait(0.2):
                 time.sleep(0.05)
                 continue
             try:

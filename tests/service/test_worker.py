@@ -276,6 +276,39 @@ def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc
         [r.observations.candidate_import_s for r in results]
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_slot_keeps_its_depth_of_next_candidates_started_while_it_evaluates(svc_db, svc_settings, monkeypatch,
+                                                                               depth):
+    """With `prestart_depth` 2 the two jobs after the one being evaluated have their candidates started before its
+    evaluation ends (a start can outlast a warm evaluation); with 1, only the next one's. The evaluations here
+    are stand-ins that take 0.4 s each; the starts, records."""
+    events: list[tuple[str, int]] = []
+
+    def job_of(text: str) -> int:
+        return int(text.rsplit("# job ", 1)[1].split()[0])
+
+    def prestart(spec, text, options, settings) -> bool:
+        events.append(("ahead", job_of(text)))
+        return False
+
+    def evaluate(self, slot, h, pool=None) -> bool:
+        events.append(("begin", job_of(h.claim.text)))
+        time.sleep(0.4)
+        events.append(("end", job_of(h.claim.text)))
+        self._forget(h)
+        return False
+
+    monkeypatch.setattr(runner, "prestart", prestart)
+    monkeypatch.setattr(Worker, "_evaluate", evaluate)
+    settings = svc_settings.model_copy(update={"prestart_candidates": "on", "prestart_depth": depth})
+    for i in range(4):
+        submit(svc_db, (SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n")
+    Worker(svc_db, settings, get_registry(), [Slot("cpu", "cpu")], exit_when_idle_s=0.5, compile_workers=0).run()
+    assert [e for e in events if e[0] == "begin"] == [("begin", i) for i in range(4)], events
+    before_first_end = events[:events.index(("end", 0))]
+    assert [job for kind, job in before_first_end if kind == "ahead"] == list(range(1, 1 + depth)), events
+
+
 def test_on_the_cpu_a_job_shows_compiling_until_its_slot_has_built_the_candidate(svc_db, svc_settings):
     """Issue 33: with no compile pool (the CPU's default) a slot builds the candidate inside its evaluation, and the job
     went from claimed straight to running: 'compiling' never showed. Now it shows until the build is done."""
