@@ -21,7 +21,7 @@ class Exploit:
     twin: str  # the honest submission closest to it
     gpu: bool = False  # needs CUDA to show the exploit (or the defence)
     problem: str = "level2/30"
-    message_has: str | None = None  # a phrase the verdict's message must contain
+    message_has: str | None = None  # a phrase the verdict's message must contain ("a|b": one of them)
     problems_dir: str | None = None  # where `problem` lives when it is not a built-in (relative to the root)
     alone: bool = False  # its check needs the GPU to itself (the GPU suite's one-at-a-time stage)
     # The least time a timed call may be credited with (ms): a floor its forward sleeps, less the host's noise, that
@@ -160,9 +160,11 @@ CORPUS: tuple[Exploit, ...] = (
             "a window it disturbed is timed again; flagged where the pause never wakes a held task (v1, ptrace), not "
             "where v2's freezer woke it for the kernel to park it again (kernel microseconds, counted)", HONEST),
     Exploit("device memory taken while constructing", A + "device_memory_hoard.py", "runtime_error", None,
-            "NVML's figures at the trusted side's failure: before the memory plan a candidate may hold twice the "
-            "reference's parameters and the reserve, after it the plan's share", A + "device_memory_hoard_honest.py",
-            gpu=True, alone=True, message_has="while the candidate's processes held"),
+            "NVML's figures at the failure of whichever side runs out first: before the memory plan a candidate may "
+            "hold twice the reference's parameters and the reserve, after it the plan's share; its own process's "
+            "next allocation (on an H200, the harness's L2 flush buffer as it took its parameters) fails as its "
+            "own", A + "device_memory_hoard_honest.py", gpu=True, alone=True,
+            message_has="while the candidate's processes held|OutOfMemoryError while"),
     Exploit("try/except fallback", A + "try_except_fallback.py", "passed", "no_custom_kernel",
             "the kernel trace of a timed window: the compiled kernel never ran", SOLUTION, gpu=True),
     Exploit("affine step dropped (default parameters)", S + "l30_drops_affine.py", "wrong_answer", None,

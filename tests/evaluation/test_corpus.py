@@ -71,8 +71,8 @@ def _check(e: Exploit, r: EvalResult) -> None:
         flag = e.flag.rstrip("?")
         if not optional or r.verdict == Verdict.flagged:
             assert flag in checks, f"{e.name}: flags {checks}: {r.message}"
-    if e.message_has:
-        assert e.message_has in r.message + r.log_excerpt, f"{e.name}: {r.message}"
+    if e.message_has:  # one of its phrases, where it names several ("a|b": either proves the verdict)
+        assert any(p in r.message + r.log_excerpt for p in e.message_has.split("|")), f"{e.name}: {r.message}"
     if e.least_call_ms is not None:  # the work it sleeps is paid for in its time, wherever it was done
         timing = r.observations.candidate_timing
         assert timing is not None and timing.median_ms >= e.least_call_ms, timing
