@@ -3,12 +3,13 @@
 
     python benchmarks/aa_paired_regrade.py docs/results/cpu-aa-vm-e142e9e-sign-draws.json
 
-Reads timing_fidelity.py's JSON. The rule that ranks is the ratio of two medians: eager's median time a call over the
-candidate's, each over its own windows (grading._speedup), marked where either kind's windows spread over 10%
-(grading.SPREAD_LIMIT). The paired rule takes each round's own ratio (eager's window and the candidate's of that
-round: the same seeds, moments apart, each net of the median empty window and the candidate's with its charge) and
-the median over rounds, marked where those ratios spread over 10%. Where the noise is the host's and common to both
-windows of a round, the paired rule cancels it; where each process runs at a speed of its own, it does not.
+Reads timing_fidelity.py's JSON, or a selfcheck report (`harness selfcheck --json`: rows with their windows). The
+rule that ranks is the ratio of two medians: eager's median time a call over the candidate's, each over its own
+windows (grading._speedup), marked where either kind's windows spread over 10% (grading.SPREAD_LIMIT). The paired
+rule takes each round's own ratio (eager's window and the candidate's of that round: the same seeds, moments apart,
+each net of the median empty window and the candidate's with its charge) and the median over rounds, marked where
+those ratios spread over 10%. Where the noise is the host's and common to both windows of a round, the paired rule
+cancels it; where each process runs at a speed of its own, it does not.
 """
 
 from __future__ import annotations
@@ -36,18 +37,30 @@ def _per_call(t: dict) -> list[float]:
     return [(max(w - empty, 0.0) + c) / calls for w, c in zip(t["windows_ms"], charges, strict=True)]
 
 
+def _runs(report: dict) -> list[tuple[str, dict, dict]]:
+    """(problem, candidate's timing, eager's) of each run: timing_fidelity.py's, or a selfcheck report's rows, whose
+    windows and clocks make the same figures."""
+    if "runs" in report:
+        return [(problem, run["timings"].get("candidate"), run["timings"].get("eager"))
+                for problem, runs in report["runs"].items() for run in runs]
+    out = []
+    for row in report["rows"]:
+        timing = {kind: {**row["clocks"][kind], **row["windows"][kind]}
+                  for kind in ("candidate", "eager") if kind in row.get("windows", {}) and kind in row["clocks"]}
+        out.append((row["problem"], timing.get("candidate"), timing.get("eager")))
+    return out
+
+
 def rows(path: Path) -> list[dict]:
     out = []
-    for problem, runs in json.loads(path.read_text())["runs"].items():
-        for run in runs:
-            cand, eager = run["timings"].get("candidate"), run["timings"].get("eager")
-            if not cand or not eager or not cand.get("windows_ms"):
-                continue
-            ratios = [e / c for c, e in zip(_per_call(cand), _per_call(eager), strict=True) if c > 0]
-            paired = statistics.median(ratios)
-            out.append({"problem": problem, "medians": eager["median_ms"] / cand["median_ms"],
-                        "medians_marked": max(cand["spread"], eager["spread"]) > SPREAD_LIMIT,
-                        "paired": paired, "paired_marked": _spread(ratios) > SPREAD_LIMIT})
+    for problem, cand, eager in _runs(json.loads(path.read_text())):
+        if not cand or not eager or not cand.get("windows_ms"):
+            continue
+        ratios = [e / c for c, e in zip(_per_call(cand), _per_call(eager), strict=True) if c > 0]
+        paired = statistics.median(ratios)
+        out.append({"problem": problem, "medians": eager["median_ms"] / cand["median_ms"],
+                    "medians_marked": max(cand["spread"], eager["spread"]) > SPREAD_LIMIT,
+                    "paired": paired, "paired_marked": _spread(ratios) > SPREAD_LIMIT})
     return out
 
 

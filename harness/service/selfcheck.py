@@ -87,6 +87,11 @@ class SelfcheckRow(BaseModel):
     # took long and where its A/A came from (scripts/aa_clocks.py reads either).
     phases: dict[str, float] = Field(default_factory=dict)
     clocks: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    # Each timed kind's windows in round order (wall ms on the parent's clock; the candidate's charges beside), and
+    # what the candidate's ratio was known to when the rounds ended: enough to grade an A/A again by another rule
+    # (benchmarks/aa_paired_regrade.py) once the GPU that ran it is gone.
+    windows: dict[str, dict[str, list[float]]] = Field(default_factory=dict)
+    known_to: float | None = None
 
 
 class SelfcheckReport(BaseModel):
@@ -119,6 +124,16 @@ def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
         timing = getattr(observations, f"{kind}_timing", None)
         if timing is not None:
             out[kind] = {f: getattr(timing, f, None) for f in CLOCK_FIELDS}
+    return out
+
+
+def windows_of(observations: Any) -> dict[str, dict[str, list[float]]]:
+    """Each timed kind's windows (`windows_ms`) and charges (`charged_ms`), in round order."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for kind in ("candidate", "eager"):
+        timing = getattr(observations, f"{kind}_timing", None)
+        if timing is not None:
+            out[kind] = {"windows_ms": list(timing.windows_ms), "charged_ms": list(timing.charged_ms)}
     return out
 
 
@@ -227,7 +242,8 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         gpu=(gpu_env or {}).get("CUDA_VISIBLE_DEVICES"),
         torch_version=result.provenance.torch_version if result.provenance else None,
         phases={k: round(v, 3) for k, v in result.observations.phases.items()},
-        clocks=clocks_of(result.observations),
+        clocks=clocks_of(result.observations), windows=windows_of(result.observations),
+        known_to=result.observations.timing_known_to,
     )
 
 

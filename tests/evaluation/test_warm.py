@@ -171,8 +171,11 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
 
     # A spare no evaluation takes is ended when newer ones replace it, or when the pool ends. One of a source whose
     # build dir another process holds (a spare of the same source waiting) is not started: it never waits for it.
+    # The pool keeps the current evaluation's and `prestart_depth` next ones' (3): a fourth ends the first.
+    names = ("l30_pytorch_correct.py", "l30_drops_affine.py", "l30_guessed_hardtanh.py", "l30_renamed_affine.py")
+    assert pool.max_spares == settings.prestart_depth + 1 == len(names) - 1
     started = []
-    for name in ("l30_pytorch_correct.py", "l30_drops_affine.py", "l30_renamed_affine.py"):
+    for name in names:
         assert prestart(spec, (SUBMISSIONS / name).read_text(), options, settings)
         started.append(pool.spares[-1])
     assert not prestart(spec, (SUBMISSIONS / "l30_renamed_affine.py").read_text(), options, settings)

@@ -4,6 +4,8 @@ ModelNew must pass its own evaluation; one that cannot (a stochastic reference) 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -21,6 +23,8 @@ from harness.schema import Provenance
 from harness.service import selfcheck as sc
 from harness.submission import check_constructor, extract
 from harness.verdicts import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLE_DIR = Path(__file__).parents[1] / "fixtures" / "kernelbench"
 
@@ -132,6 +136,15 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
     assert set(row["clocks"]) == {"candidate", "eager"}
     assert all(set(c) == set(sc.CLOCK_FIELDS) for c in row["clocks"].values())
     assert row["clocks"]["eager"]["n"] >= 3 and row["clocks"]["candidate"]["overhead_ms"] > 0
+    # And each kind's windows, one a timed round, and what the ratio was known to: an A/A graded again by another
+    # rule from the report alone (benchmarks/aa_paired_regrade.py reads it).
+    for kind in ("candidate", "eager"):
+        assert len(row["windows"][kind]["windows_ms"]) == row["clocks"][kind]["n"]
+    assert len(row["windows"]["candidate"]["charged_ms"]) == row["clocks"]["candidate"]["n"]
+    assert row["known_to"] is not None and row["known_to"] >= 0
+    regraded = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "aa_paired_regrade.py"), str(json_path)],
+                              capture_output=True, text=True, check=True).stdout
+    assert f"| {json_path.name} | paired | 2 |" in regraded and f"| {json_path.name} | medians | 2 |" in regraded
     # A call of 0.3 ms beside 1 ms a call of making its inputs (this size, on a loaded 2-core host) can time at 0:
     # then the row says its time is lost in the empty windows' noise rather than rank it.
     assert row["clocks"]["candidate"]["median_ms"] > 0 or "timing_unreliable" in row["flags"], row
