@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     # The A/A ratio of two medians of n windows whose spread (interquartile range over median) is s is known to
     # about 2.6 s / sqrt(n) (95%): at a 5% spread, 7 windows leave +-4.9%, 12 +-3.7%. So 12 on the CPU too. These are
     # the most; the rounds end after timing_windows_least once the ratio is known to timing_known_to (windows.
-    # ratio_halfwidth): the built-in problems' windows on an H200 spread 0.3-0.4%, and 6 know their ratio to 0.55%.
+    # ratio_halfwidth): the built-in problems' windows on an H200 spread 0.1-1.5%, and 6 of 0.4% know their ratio to
+    # 0.55%.
     timing_windows_cuda: int = Field(default=12, ge=3)
     timing_windows_cpu: int = Field(default=12, ge=3)
     timing_windows_least: int = Field(

@@ -124,7 +124,7 @@ def ratio_halfwidth(a: list[float], b: list[float], n: int) -> float:
     a ratio's two add in quadrature. The spreads are themselves estimated from few windows, so Student's t for n - 1
     degrees of freedom stands in for the normal's 1.96 (with 1.96, 6 windows of normal noise held the true ratio
     87% of the time, not 95%: tests/evaluation/test_windows.py). Two medians of 12 windows of 5% spread each leave
-    +-4.2%; of 6 windows of 0.4% (the built-in problems' spread on an H200), +-0.55%."""
+    +-4.2%; of 6 windows of 0.4% (a built-in problem's spread on an H200), +-0.55%."""
     se = 0.929 * math.hypot(spread(a), spread(b)) / math.sqrt(max(n, 1))
     return _t95(max(n - 1, 1)) * se
 
