@@ -243,7 +243,7 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         torch_version=result.provenance.torch_version if result.provenance else None,
         phases={k: round(v, 3) for k, v in result.observations.phases.items()},
         clocks=clocks_of(result.observations), windows=windows_of(result.observations),
-        known_to=result.observations.timing_known_to,
+        known_to=getattr(result.observations, "timing_known_to", None),
     )
 
 
