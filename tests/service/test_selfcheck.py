@@ -4,6 +4,7 @@ ModelNew must pass its own evaluation; one that cannot (a stochastic reference) 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -144,7 +145,9 @@ def test_a_stochastic_reference_passes_its_own_check_beside_its_deterministic_tw
     assert row["known_to"] is not None and row["known_to"] >= 0
     regraded = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "aa_paired_regrade.py"), str(json_path)],
                               capture_output=True, text=True, check=True).stdout
-    assert f"| {json_path.name} | paired | 2 |" in regraded and f"| {json_path.name} | medians | 2 |" in regraded
+    # (A row whose time was lost in the empty windows' noise has no ratio to grade: 1 or 2 runs.)
+    assert re.search(rf"\| {re.escape(json_path.name)} \| paired \| [12] \|", regraded), regraded
+    assert re.search(rf"\| {re.escape(json_path.name)} \| medians \| [12] \|", regraded), regraded
     # A call of 0.3 ms beside 1 ms a call of making its inputs (this size, on a loaded 2-core host) can time at 0:
     # then the row says its time is lost in the empty windows' noise rather than rank it.
     assert row["clocks"]["candidate"]["median_ms"] > 0 or "timing_unreliable" in row["flags"], row
