@@ -210,7 +210,7 @@ class TimedRounds:
         if not walls["candidate"] or not walls["empty"]:
             return math.inf
         empty = statistics.median(walls["empty"])
-        per_call = {kind: [max(w - empty, 0.0) / calls for w in walls[kind]] for kind in self.kinds}
+        per_call = {kind: windows.WindowSeries(calls, walls[kind]).per_call_ms(empty) for kind in self.kinds}
         return max(windows.ratio_halfwidth(per_call["candidate"], per_call[kind], n)
                    for kind in ("eager", "compile") if kind in self.kinds)
 
