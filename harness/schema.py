@@ -331,6 +331,8 @@ class Observations(BaseModel):
     trusted_warm: bool = False
     # The candidate's process had been started ahead, during the slot's previous evaluation (runner.prestart).
     candidate_ahead: bool = False
+    # So had the trusted process, for a problem none was warm for (runner.prestart_trusted).
+    trusted_ahead: bool = False
     # Seconds per step of the trusted side's commands on its own clock, summed ("judge.trivial"): diagnostics.
     trusted_seconds: dict[str, float] = Field(default_factory=dict)
     candidate_error: ChildError | None = None

@@ -294,10 +294,12 @@ class _Evaluation:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
             pool = self.options.trusted_pool
-            if self.keep_trusted and pool is not None:
+            if pool is None:
+                self.warm.close()
+            elif self.keep_trusted:
                 pool.keep(self.warm)
             else:
-                self.warm.close()
+                pool.end(self.warm)
         elif self.trusted is not None:
             with contextlib.suppress(ChildExited):
                 self.trusted.proc.send({"cmd": "exit"})
@@ -311,36 +313,34 @@ class _Evaluation:
         (with a known target, the candidate's process starts beside it)."""
         o = self.options
         pool = o.trusted_pool
-        extra = {**trusted_cache_env(self.settings), **windows.timing_env(), **o.extra_env}
-        key = (self.spec.id, self.spec.version, hashlib.sha256(self.spec.source_path.read_bytes()).hexdigest(),
-               self.spec.model_dump_json(), o.device, o.size, o.precision, tuple(sorted(extra.items())))
+        key = trusted_key(self.spec, o, self.settings)
         self.warm = pool.take(key) if pool is not None else None
         if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
             self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
             self.obs.candidate_ahead = True
             self.candidate.begin_import()
-        if self.warm is not None:
+        if self.warm is not None and self.warm.probed:
             # Both sides build their model under the seed the warm reference was built with (KernelBench's rule).
             self.trusted, self.param_seed, probed = self.warm.trusted, self.warm.model_seed, self.warm.probed
             if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
             self.phases.end("reference_start")
         else:
-            home = pool.home() if pool is not None else self.trusted_home
-            log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
-            proc = ChildProcess("harness.evaluation.trusted", [], cwd=home, env=scrubbed_env(extra, home),
-                                log_path=log_path, kill_grace_s=self.settings.kill_grace_s,
-                                # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
-                                jail=limits.jail(self.settings, untrusted=False,
-                                                 pausable=self.settings.window_inputs_staged), fd_socket=True)
-            self.trusted = Trusted(proc, self.settings.reference_timeout_s)
-            if pool is not None:
-                pool.started += 1
-                self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
-                                        self.settings.kill_grace_s)
+            if self.warm is not None:  # started ahead (prestart_trusted): it builds this evaluation's Model
+                self.trusted, self.warm.model_seed = self.warm.trusted, self.param_seed
+                self.obs.trusted_ahead = True
+            else:
+                home = pool.home() if pool is not None else self.trusted_home
+                log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
+                self.trusted = _start_trusted(self.spec, o, self.settings, home, log_path)
+                if pool is not None:
+                    pool.started += 1
+                    self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
+                                            self.settings.kill_grace_s)
+                    pool.serves(key)
             if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
-            proc.next_message(time.monotonic() + PROBE_TIMEOUT_S)  # "ready": torch imported
+            self.trusted.proc.next_message(time.monotonic() + PROBE_TIMEOUT_S)  # "ready": torch imported
             self.phases.end("reference_start")
             probed = self.trusted.call({"cmd": "probe", "device": o.device}, "probed", PROBE_TIMEOUT_S)
             self.phases.end("probe")
@@ -761,6 +761,56 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
         shutil.rmtree(job, ignore_errors=True)
         return False
     pool.keep_spare(SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate))
+    return True
+
+
+def trusted_key(spec: ProblemSpec, options: EvalOptions, settings: Settings) -> tuple[Any, ...]:
+    """What a trusted process is started and builds its Model for: a warm one serves only an evaluation of its key."""
+    env = _trusted_env(options, settings)
+    return (spec.id, spec.version, hashlib.sha256(spec.source_path.read_bytes()).hexdigest(), spec.model_dump_json(),
+            options.device, options.size, options.precision, tuple(sorted(env.items())))
+
+
+def _trusted_env(options: EvalOptions, settings: Settings) -> dict[str, str]:
+    return {**trusted_cache_env(settings), **windows.timing_env(), **options.extra_env}
+
+
+def _start_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings, home: Path,
+                   log_path: Path) -> Trusted:
+    """The trusted child, started: it imports torch, says "ready" and waits for its probe."""
+    proc = ChildProcess("harness.evaluation.trusted", [], cwd=home,
+                        env=scrubbed_env(_trusted_env(options, settings), home),
+                        log_path=log_path, kill_grace_s=settings.kill_grace_s,
+                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
+                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged),
+                        fd_socket=True)
+    return Trusted(proc, settings.reference_timeout_s)
+
+
+def prestart_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings) -> bool:
+    """Start the trusted process of an evaluation to come, ahead, into `options.trusted_pool`, where none is warm or
+    started for its key: it imports torch and waits, unprobed (no CUDA context, no Model), for its evaluation, which
+    probes it and has it build that evaluation's Model. It never imports a submission, so nothing the evaluation
+    now running does can reach it. False where nothing was started."""
+    pool = options.trusted_pool
+    if pool is None:
+        return False
+    try:
+        key = trusted_key(spec, options, settings)
+    except OSError:  # its problem's file unreadable: its evaluation says so
+        return False
+    if pool.holds(key):
+        return False
+    home = pool.home()
+    log_path = home / "trusted.log"
+    try:
+        trusted = _start_trusted(spec, options, settings, home, log_path)
+    except Exception as e:  # the evaluation starts its own, as usual
+        log.warning("the next trusted process could not start ahead: %s: %s", type(e).__name__, e)
+        artifacts.remove_scratch_dir(home)
+        return False
+    pool.started += 1
+    pool.keep_ahead(WarmTrusted(key, trusted, {}, 0, home, log_path, settings.kill_grace_s))
     return True
 
 

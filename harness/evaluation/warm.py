@@ -18,6 +18,11 @@ one runs, confined as its own evaluation's would be. Each imports torch and wait
 when its evaluation begins (`Import`), so no submission code runs beside another's timed windows. At most
 `Settings.prestart_depth` + 1 wait at once (the current evaluation's, taken when it begins, and the next ones'); an
 older one is ended.
+
+And trusted processes started ahead (`keep_ahead`): the next evaluation's, for a problem none is warm for, started
+while the current one runs. One imports torch and waits, unprobed: no CUDA context, no Model, until its evaluation
+takes it and probes it. A pool made with `keep_warm=False` ends each trusted process when its evaluation ends,
+for runs whose problems do not come again (selfcheck): none then holds its Model on the GPU for nothing.
 """
 
 from __future__ import annotations
@@ -102,12 +107,15 @@ class TrustedPool:
     the evaluations of one slot, one after another. The warm processes are the evaluating thread's alone; spares
     may be added from another (a worker's starter thread), so their list is locked."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, keep_warm: bool = True):
         self.settings = settings
+        self.keep_warm = keep_warm  # False: a trusted process ends with its evaluation (`keep`)
         self.kept: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # least recently used first
+        self.ahead: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # started ahead, unprobed; oldest first
+        self.serving: set[tuple[Any, ...]] = set()  # the keys of the processes evaluations hold now
         self.spares: list[SpareCandidate] = []  # oldest first
         self.max_spares = settings.prestart_depth + 1
-        self._spares_lock = threading.Lock()
+        self._spares_lock = threading.Lock()  # the spares and the trusted processes started ahead
         self.started = 0  # trusted processes started for this pool's evaluations
         self.reused = 0  # evaluations that found one warm
 
@@ -116,23 +124,61 @@ class TrustedPool:
         return artifacts.new_scratch_dir(self.settings, prefix="kh-trusted-")
 
     def take(self, key: tuple[Any, ...]) -> WarmTrusted | None:
-        """The warm process for `key`, now the caller's; None where there is none (or it has ended)."""
+        """The warm process for `key`, now the caller's, else one started ahead for it (unprobed: its `probed` is
+        empty); None where there is neither (or it has ended)."""
         warm = self.kept.pop(key, None)
+        if warm is None:
+            with self._spares_lock:
+                warm = self.ahead.pop(key, None)
         if warm is None:
             return None
         if warm.trusted.proc.proc.poll() is not None:
             warm.close()
             return None
-        self.reused += 1
+        self.serves(key)
+        if warm.evaluations:
+            self.reused += 1
         warm.mark_log()
         return warm
 
+    def holds(self, key: tuple[Any, ...]) -> bool:
+        """Whether a trusted process for `key` waits here (warm, or started ahead) or serves an evaluation now (the
+        slot's next job of the same problem finds it warm once that evaluation ends)."""
+        with self._spares_lock:
+            return key in self.kept or key in self.ahead or key in self.serving
+
+    def serves(self, key: tuple[Any, ...]) -> None:
+        """An evaluation of `key` holds, or is about to start, its trusted process: none is started ahead for it."""
+        self.serving.add(key)
+
+    def served(self, key: tuple[Any, ...]) -> None:
+        """That evaluation is over (its process kept warm, or ended)."""
+        self.serving.discard(key)
+
+    def end(self, warm: WarmTrusted) -> None:
+        """An evaluation's process that is not kept (it failed, or is out of step): ended."""
+        self.served(warm.key)
+        warm.close()
+
+    def keep_ahead(self, warm: WarmTrusted) -> None:
+        """A trusted process started for an evaluation to come (`runner.prestart_trusted`): it waits, unprobed, for
+        `take`. At most `max_spares` wait; an older one, or one for the same key, is ended."""
+        with self._spares_lock:
+            old = [o for o in [self.ahead.pop(warm.key, None)] if o is not None]
+            self.ahead[warm.key] = warm
+            while len(self.ahead) > self.max_spares:
+                old.append(self.ahead.popitem(last=False)[1])
+        for o in old:
+            o.close()
+
     def keep(self, warm: WarmTrusted) -> None:
         """Give the process back after an evaluation it served to the end: released, it waits for the next of its
-        key (the least recently used of the others is ended where they are too many)."""
+        key (the least recently used of the others is ended where they are too many); ended where the pool keeps
+        none warm."""
+        self.served(warm.key)
         if (other := self.kept.pop(warm.key, None)) is not None:
             other.close()
-        if not warm.trusted.in_sync:
+        if not warm.trusted.in_sync or not self.keep_warm:
             warm.close()
             return
         try:
@@ -151,7 +197,9 @@ class TrustedPool:
         candidates, whose submissions are not imported yet (host PIDs)."""
         with self._spares_lock:
             spares = list(self.spares)
-        pids = [p for warm in list(self.kept.values()) for p in warm.trusted.processes()]
+        with self._spares_lock:
+            ahead = list(self.ahead.values())
+        pids = [p for warm in list(self.kept.values()) + ahead for p in warm.trusted.processes()]
         return pids + [p for spare in spares for p in spare.candidate.processes()]
 
     def take_spare(self, key: tuple[Any, ...]) -> SpareCandidate | None:
@@ -182,5 +230,8 @@ class TrustedPool:
             self.kept.popitem()[1].close()
         with self._spares_lock:
             spares, self.spares = self.spares, []
+            ahead, self.ahead = list(self.ahead.values()), OrderedDict()
+        for warm in ahead:
+            warm.close()
         for s in spares:
             s.close()

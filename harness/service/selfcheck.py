@@ -30,7 +30,8 @@ from pydantic import BaseModel, Field
 from harness.config import Settings
 from harness.evaluation import reduced_size
 from harness.evaluation.prebuild import probe_device
-from harness.evaluation.runner import EvalOptions, evaluate
+from harness.evaluation.runner import EvalOptions, evaluate, prestart, prestart_trusted
+from harness.evaluation.warm import TrustedPool
 from harness.problems.spec import ProblemSpec, SizeVariant
 from harness.schema import Precision, Provenance
 
@@ -211,28 +212,44 @@ class Targets:
             return None
 
 
-def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
-                  gpu_env: dict[str, str] | None = None, target: Provenance | None = None) -> SelfcheckRow:
-    """One problem's A/A row, evaluated under `gpu_env` (its GPU's pin) with `target` (that device's, see `Targets`;
-    None: the candidate starts after the trusted child's probe)."""
-    t0 = time.monotonic()
-    reduce = options.device == "cpu" if options.reduce is None else options.reduce
-    sized: dict[str, Any] = {"ok": True, "overrides": {}, "size": "default", "forward_s": None}
-    if reduce:
-        sized = choose_size(spec, options, threads)
-    sizing_s = time.monotonic() - t0
-    if not sized.get("ok"):
-        return SelfcheckRow(problem=spec.id, name=spec.name, size="-", precision=options.precision, verdict=UNSIZED,
-                            message=str(sized.get("error", ""))[:500], sizing_s=sizing_s)
+def _reduced(options: SelfcheckOptions) -> bool:
+    return options.device == "cpu" if options.reduce is None else options.reduce
+
+
+def _planned(spec: ProblemSpec, options: SelfcheckOptions, threads: int, sized: dict[str, Any],
+             gpu_env: dict[str, str] | None, target: Provenance | None,
+             pool: TrustedPool | None) -> tuple[ProblemSpec, str, EvalOptions]:
+    """The evaluation one row runs, at the size `sized` chose: its problem, its A/A submission and its options (the
+    same for a problem's look-ahead as for its row, so what was started ahead is what its evaluation takes)."""
     overrides: dict[str, Any] = sized["overrides"]
     size_name = "reduced" if overrides else "default"
     variants = {"default": SizeVariant(), "reduced": SizeVariant(overrides=overrides)}
     sized_spec = spec.model_copy(update={"sizes": variants})
     # The A/A ratio is against eager; a torch.compile baseline would only add its compile time to each row.
     opts = EvalOptions(device=options.device, size=size_name, seed=options.seed, compile_baseline="off",
-                       precision=options.precision, extra_env=eval_env(options, threads, gpu_env), target=target)
+                       precision=options.precision, extra_env=eval_env(options, threads, gpu_env), target=target,
+                       trusted_pool=pool)
+    return sized_spec, aa_submission(spec.source(), overrides), opts
+
+
+_UNREDUCED: dict[str, Any] = {"ok": True, "overrides": {}, "size": "default", "forward_s": None}
+
+
+def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
+                  gpu_env: dict[str, str] | None = None, target: Provenance | None = None,
+                  pool: TrustedPool | None = None) -> SelfcheckRow:
+    """One problem's A/A row, evaluated under `gpu_env` (its GPU's pin) with `target` (that device's, see `Targets`;
+    None: the candidate starts after the trusted child's probe) and `pool` (its lane's, where the next row's
+    processes were started ahead: `start_ahead`)."""
+    t0 = time.monotonic()
+    sized = choose_size(spec, options, threads) if _reduced(options) else _UNREDUCED
+    sizing_s = time.monotonic() - t0
+    if not sized.get("ok"):
+        return SelfcheckRow(problem=spec.id, name=spec.name, size="-", precision=options.precision, verdict=UNSIZED,
+                            message=str(sized.get("error", ""))[:500], sizing_s=sizing_s)
+    overrides: dict[str, Any] = sized["overrides"]
     t1 = time.monotonic()
-    result = evaluate(sized_spec, aa_submission(spec.source(), overrides), opts, settings)
+    result = evaluate(*_planned(spec, options, threads, sized, gpu_env, target, pool), settings)
     return SelfcheckRow(
         problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, precision=options.precision,
         verdict=result.verdict.value,
@@ -247,11 +264,27 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     )
 
 
+def looks_ahead(options: SelfcheckOptions) -> bool:
+    """Whether a lane starts its next row's processes while it evaluates a row: on CUDA at the files' own sizes.
+    On the CPU they would share the cores the row is timed on, and a size probe would run the next problem's
+    forward beside the row's timed windows."""
+    return options.device == "cuda" and not _reduced(options)
+
+
+def start_ahead(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
+                gpu_env: dict[str, str] | None, target: Provenance | None, pool: TrustedPool) -> None:
+    """Start the next row's trusted process and candidate process (torch imported in each, nothing of the problem
+    or its submission run yet: `runner.prestart_trusted`, `runner.prestart`), while this lane evaluates a row."""
+    sized_spec, text, opts = _planned(spec, options, threads, _UNREDUCED, gpu_env, target, pool)
+    prestart_trusted(sized_spec, opts, settings)
+    prestart(sized_spec, text, opts, settings)
+
+
 def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings: Settings,
                   on_row: Callable[[SelfcheckRow], None] | None = None) -> list[SelfcheckRow]:
-    """Check `specs`, `options.jobs` at a time (with `options.gpu_envs`, one on each GPU, each probed for its target
-    by its first job); `on_row` hears of each row as it is done (in any order). The rows come back in the order of
-    `specs`."""
+    """Check `specs`, `options.jobs` at a time (with `options.gpu_envs`, one lane on each GPU, each probed for its
+    target by its first job); `on_row` hears of each row as it is done (in any order). The rows come back in the
+    order of `specs`. On CUDA each lane starts its next row's processes during a row (`looks_ahead`)."""
     jobs = len(options.gpu_envs) if options.gpu_envs else max(1, options.jobs)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     lock = threading.Lock()
@@ -259,24 +292,41 @@ def run_selfcheck(specs: list[ProblemSpec], options: SelfcheckOptions, settings:
         # Evaluations side by side on one GPU: each one's work is the other process's work that a reference
         # window would wait for (Settings.gpu_idle_wait_s), so none waits.
         settings = settings.model_copy(update={"gpu_idle_wait_s": 0.0})
-    free: queue.SimpleQueue[dict[str, str] | None] = queue.SimpleQueue()
-    for env in options.gpu_envs or [None] * jobs:
-        free.put(env)
+    todo: queue.SimpleQueue[tuple[int, ProblemSpec]] = queue.SimpleQueue()
+    for item in enumerate(specs):
+        todo.put(item)
+    rows: list[SelfcheckRow | None] = [None] * len(specs)
     targets = Targets(options.device, settings)
 
-    def one(spec: ProblemSpec) -> SelfcheckRow:
-        env = free.get()  # a GPU of its own for the whole evaluation: never two on one GPU
+    def take() -> tuple[int, ProblemSpec] | None:
         try:
-            row = check_problem(spec, options, settings, threads, env, targets.of(eval_env(options, threads, env)))
-        finally:
-            free.put(env)
-        if on_row is not None:
-            with lock:
-                on_row(row)
-        return row
+            return todo.get_nowait()
+        except queue.Empty:
+            return None
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, specs))
+    def lane(env: dict[str, str] | None) -> None:
+        """One GPU's rows (or one job's), one at a time: never two on one GPU."""
+        target = targets.of(eval_env(options, threads, env))
+        # Problems do not come again in a run: each trusted process ends with its row.
+        pool = TrustedPool(settings, keep_warm=False) if looks_ahead(options) else None
+        try:
+            upcoming = take()
+            while upcoming is not None:
+                (i, spec), upcoming = upcoming, take()
+                if pool is not None and upcoming is not None:
+                    start_ahead(upcoming[1], options, settings, threads, env, target, pool)
+                row = rows[i] = check_problem(spec, options, settings, threads, env, target, pool)
+                if on_row is not None:
+                    with lock:
+                        on_row(row)
+        finally:
+            if pool is not None:
+                pool.close()
+
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        for f in [ex.submit(lane, env) for env in options.gpu_envs or [None] * jobs]:
+            f.result()
+    return [r for r in rows if r is not None]
 
 
 def current_commit() -> str | None:

@@ -377,11 +377,18 @@ class Worker:
                     self._ready_q.put(h)  # left for shutdown to release
                     return
                 self._warm_for[slot.name] = _problem_of(h)
+                # Its trusted process, warm or not, serves the slot's next job of the problem: none started ahead.
+                try:
+                    key = runner.trusted_key(h.spec, self._options(slot, pool, h), self.settings)
+                except OSError:  # its problem's file unreadable: the evaluation says so
+                    key = ()
+                pool.serves(key)
                 evaluating.set()  # the next job may be claimed only now: the starter looks for it meanwhile
                 try:
                     faulted = self._evaluate(slot, h, pool)
                 finally:
                     evaluating.clear()
+                    pool.served(key)
                 if faulted:  # the GPU may be faulty: nothing of the last evaluation's is kept
                     pool.close()
                 if slot.device == "cuda" and faulted and not self._gpu_recovered(slot):
@@ -397,10 +404,11 @@ class Worker:
     def _look_ahead(self, slot: Slot, pool: TrustedPool, upcoming: list[_Held], evaluating: threading.Event,
                     ending: threading.Event) -> None:
         """While the slot evaluates a job and fewer than its depth (`Settings.prestart_depth`) wait started: take the
-        next ready one and start its candidate's process ahead. The slot taking the oldest makes room again, so each
-        evaluation of a stream has the next ones started beside it (waiting instead for the slot to go idle, it
-        missed each turn shorter than its poll: in a warm stream on an H100, 1 of 7 evaluations had its candidate
-        started ahead)."""
+        next ready one and start its candidate's process ahead, and its trusted process where none is warm or
+        serving for its problem (a mixed batch's next problem: a cold start's 4-5 s on an H200). The slot taking the
+        oldest makes room again, so each evaluation of a stream has the next ones started beside it (waiting instead
+        for the slot to go idle, it missed each turn shorter than its poll: in a warm stream on an H100, 1 of 7
+        evaluations had its candidate started ahead)."""
         while not ending.is_set() and not self._stop.is_set():
             if len(upcoming) >= self._ahead(slot) or not evaluating.wait(0.2):
                 time.sleep(0.05)
@@ -409,7 +417,9 @@ class Worker:
                 h = self._ready_q.get(0.2, prefer=self._warm_for.get(slot.name))
             except queue.Empty:
                 continue
-            runner.prestart(h.spec, h.claim.text, self._options(slot, pool, h), self.settings)
+            options = self._options(slot, pool, h)
+            runner.prestart(h.spec, h.claim.text, options, self.settings)
+            runner.prestart_trusted(h.spec, options, self.settings)  # where none is warm for its problem
             upcoming.append(h)
 
     def _options(self, slot: Slot, pool: TrustedPool | None, h: _Held) -> EvalOptions:

@@ -184,3 +184,38 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
     pool.close()
     assert all(s.candidate.proc.proc.poll() is not None and not s.work.exists() for s in started)
     assert not pool.spares
+
+
+def test_a_trusted_process_started_ahead_serves_its_evaluation_as_a_cold_one_would(registry, settings):
+    """The next problem's trusted process, started while the slot is busy (runner.prestart_trusted): torch imported,
+    unprobed, no Model. Its evaluation takes it and has it build the Model under the evaluation's own seed: with the
+    seeds fixed, its expected outputs are a cold evaluation's (one built under the seed it was started with would
+    differ), and the verdicts are the same. A pool that keeps none warm ends it with its evaluation."""
+    from harness.evaluation.runner import prestart_trusted
+
+    spec = registry.get("level2/30")
+    cold = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", None, seed=7)
+    pool = TrustedPool(settings, keep_warm=False)
+    try:
+        options = EvalOptions(device="cpu", size="small", trusted_pool=pool, seed=7)
+        assert prestart_trusted(spec, options, settings)
+        assert not prestart_trusted(spec, options, settings)  # one for its key
+        (waiting,) = pool.ahead.values()
+        proc = waiting.trusted.proc.proc
+        assert proc.poll() is None and proc.pid in pool.idle_processes() and not waiting.probed
+        ahead = evaluate(spec, (SUBMISSIONS / "l30_pytorch_correct.py").read_text(), options, settings)
+        assert ahead.verdict == cold.verdict == Verdict.passed, ahead.message + ahead.log_excerpt
+        assert ahead.observations.trusted_ahead and not ahead.observations.trusted_warm
+        assert "probe" in ahead.observations.phases and _drawn(ahead) == _drawn(cold)
+        assert pool.started == 1 and pool.reused == 0 and not pool.kept and not pool.ahead
+        assert proc.poll() is not None  # ended with its evaluation: its problem does not come again
+        # Started ahead for the wrong submission's evaluation: the same verdict as a cold one.
+        assert prestart_trusted(spec, options, settings)
+        wrong = _run(registry, settings, "level2/30", "l30_guessed_hardtanh.py", pool, seed=7)
+        assert wrong.verdict == Verdict.wrong_answer and wrong.observations.trusted_ahead, wrong.message
+        # Those no evaluation takes end with the pool.
+        assert prestart_trusted(registry.get("level2/75"), options, settings)
+        (unused,) = pool.ahead.values()
+    finally:
+        pool.close()
+    assert unused.trusted.proc.proc.poll() is not None and not pool.ahead

@@ -226,7 +226,7 @@ def test_gpus_run_one_problem_on_each_gpu_at_a_time(monkeypatch):
     clash: list[str] = []
     lock = threading.Lock()
 
-    def fake_check(spec, options, settings, threads, gpu_env=None, target=None):
+    def fake_check(spec, options, settings, threads, gpu_env=None, target=None, pool=None):
         gpu = (gpu_env or {})["CUDA_VISIBLE_DEVICES"]
         with lock:
             if gpu in busy:
@@ -238,10 +238,11 @@ def test_gpus_run_one_problem_on_each_gpu_at_a_time(monkeypatch):
         return sc_mod.SelfcheckRow(problem=spec, name=spec, size="default", verdict="passed", gpu=gpu)
 
     monkeypatch.setattr(sc_mod, "check_problem", fake_check)
+    monkeypatch.setattr(sc_mod, "start_ahead", lambda *a: None)
     monkeypatch.setattr(sc_mod, "probe_device", lambda device, settings, env: None)
     envs = [{"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"} for g in ("0", "1", "2")]
     rows = sc_mod.run_selfcheck([f"p{i}" for i in range(12)], sc_mod.SelfcheckOptions(device="cuda", gpu_envs=envs),
-                                None)  # type: ignore[arg-type]
+                                Settings())  # type: ignore[arg-type]
     assert [r.problem for r in rows] == [f"p{i}" for i in range(12)] and not clash
     assert {r.gpu for r in rows} == {"0", "1", "2"}
 
@@ -264,6 +265,7 @@ def _record_evaluations(monkeypatch, evaluated: list[tuple[str | None, Provenanc
                                provenance=None, observations=SimpleNamespace(phases={}))
 
     monkeypatch.setattr(sc, "evaluate", fake_evaluate)
+    monkeypatch.setattr(sc, "start_ahead", lambda *a: None)  # no processes started ahead for stubbed evaluations
 
 
 def test_each_gpu_is_probed_once_by_its_first_job_and_its_evaluations_start_the_candidate_for_its_target(
@@ -319,3 +321,37 @@ def test_a_gpu_whose_probe_fails_is_said_once_and_its_problems_are_still_checked
     assert calls == ["3"] and evaluated == [("3", None)] * len(specs)
     said = [m for m in caplog.messages if "could not probe GPU 3" in m]
     assert len(said) == 1 and "no CUDA device" in said[0], caplog.messages
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_on_cuda_each_lane_starts_its_next_rows_processes_while_it_evaluates_a_row(monkeypatch, device):
+    """A cold row spent 4-5 s of an H200's time starting its trusted process (torch's import) before anything of
+    the problem ran. On CUDA each lane starts the next row's processes (`start_ahead`) before it evaluates a row,
+    into the pool that row's evaluation then takes them from; the last row starts nothing. On the CPU nothing is
+    started ahead: it would share the cores the row is timed on."""
+    from harness.service import selfcheck as sc_mod
+
+    events: list[tuple[str, str, int | None]] = []
+    pools: set[int] = set()
+
+    def fake_check(spec, options, settings, threads, gpu_env=None, target=None, pool=None):
+        events.append(("check", spec, None if pool is None else id(pool)))
+        if pool is not None:
+            pools.add(id(pool))
+        return sc_mod.SelfcheckRow(problem=spec, name=spec, size="default", verdict="passed")
+
+    def fake_ahead(spec, options, settings, threads, gpu_env, target, pool):
+        events.append(("ahead", spec, id(pool)))
+
+    monkeypatch.setattr(sc_mod, "check_problem", fake_check)
+    monkeypatch.setattr(sc_mod, "start_ahead", fake_ahead)
+    monkeypatch.setattr(sc_mod, "probe_device", lambda device, settings, env: None)
+    specs = [f"p{i}" for i in range(4)]
+    rows = sc_mod.run_selfcheck(specs, sc_mod.SelfcheckOptions(device=device), Settings())  # type: ignore[arg-type]
+    assert [r.problem for r in rows] == specs
+    if device == "cpu":
+        assert events == [("check", p, None) for p in specs]
+        return
+    (pool,) = pools
+    assert events == [("ahead", "p1", pool), ("check", "p0", pool), ("ahead", "p2", pool), ("check", "p1", pool),
+                      ("ahead", "p3", pool), ("check", "p2", pool), ("check", "p3", pool)]

@@ -253,21 +253,34 @@ def test_a_restarted_hosts_dead_worker_gives_its_jobs_back_at_once(svc_db, svc_s
         assert queries.running_workers_on(s, socket.gethostname()) == []  # the dead one is marked stopped
 
 
-def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc_db, svc_settings):
+def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc_db, svc_settings, monkeypatch):
     """Four jobs of one problem on one slot (CPU, with starting ahead switched on): the trusted process starts once,
     each next job's candidate process is started while the current job is evaluated, back to back, and every
-    verdict is the same as a cold evaluation's."""
+    verdict is the same as a cold evaluation's. No trusted process is started ahead for them: the one serving the
+    current job serves the next warm. The job of another problem after them has its own started ahead."""
     from harness.evaluation.prebuild import probe_device
 
+    trusted_ahead: list[bool] = []
+    real_prestart_trusted = runner.prestart_trusted
+
+    def prestart_trusted(spec, options, settings) -> bool:
+        trusted_ahead.append(real_prestart_trusted(spec, options, settings))
+        return trusted_ahead[-1]
+
+    monkeypatch.setattr(runner, "prestart_trusted", prestart_trusted)
     settings = svc_settings.model_copy(update={"prestart_candidates": "on"})
     texts = [(SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n" for i in range(4)]
     ids = [submit(svc_db, t) for t in texts]
+    other = submit(svc_db, (SUBMISSIONS / "l30_pytorch_correct.py").read_text(), problem="gemm-groupnorm-hardtanh")
     slot = Slot("cpu", "cpu", target=probe_device("cpu", settings))
     worker = Worker(svc_db, settings, get_registry(), [slot], exit_when_idle_s=0.5, compile_workers=0)
     worker.run()
-    assert worker.stats.completed == 4 and worker.stats.verdicts == {"passed": 4}
+    assert worker.stats.completed == 5 and worker.stats.verdicts == {"passed": 5}
     results = [EvalResult.model_validate(job_and_results(svc_db, i)[1][0].payload) for i in ids]
     assert [r.observations.trusted_warm for r in results] == [False, True, True, True]
+    last = EvalResult.model_validate(job_and_results(svc_db, other)[1][0].payload)
+    assert last.observations.trusted_ahead and not any(r.observations.trusted_ahead for r in results)
+    assert trusted_ahead.count(True) == 1, trusted_ahead
     # Every candidate after the first was started ahead (the look-ahead once started the second's, then none while
     # the jobs came back to back); one had torch imported when its evaluation began: only the submission's import
     # was left.
@@ -299,6 +312,7 @@ def test_a_slot_keeps_its_depth_of_next_candidates_started_while_it_evaluates(sv
         return False
 
     monkeypatch.setattr(runner, "prestart", prestart)
+    monkeypatch.setattr(runner, "prestart_trusted", lambda spec, options, settings: False)
     monkeypatch.setattr(Worker, "_evaluate", evaluate)
     settings = svc_settings.model_copy(update={"prestart_candidates": "on", "prestart_depth": depth})
     for i in range(4):
