@@ -1,4 +1,5 @@
-"""`harness bench throughput`: serial against pipelined evaluation of N distinct load_inline submissions."""
+"""`harness bench throughput`: serial against pipelined evaluation of N distinct load_inline submissions, and warm
+evaluations per problem (of any KernelBench problem, by its A/A copy)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.problems import get_registry
+from harness.problems import UnknownProblem, get_registry
 from harness.schema import EvalResult
 from harness.service import throughput
 from harness.service.devices import SlotError
@@ -53,6 +54,7 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
             values.append(fmt.format(**fields))
         table.add_row(label, *values, note)
     console.print(table)
+    render_problems(rep, console)
     for m in rep.modes:
         console.print(f"{m.mode}: compile s = {m.compile_where}", soft_wrap=True)
     for m in rep.modes:
@@ -87,6 +89,34 @@ def render(rep: throughput.ThroughputReport, console: Console) -> None:
                   f"{'met' if b.speedup_ok else 'NOT met'}", soft_wrap=True)
 
 
+def render_problems(rep: throughput.ThroughputReport, console: Console) -> None:
+    """Per problem and mode, the median warm evaluation (of how many), and the warm mode's bar on each."""
+    problems = sorted({p for m in rep.modes for p in m.per_problem})
+    if not problems:  # a report written before per-problem figures existed
+        return
+    table = Table(title="median s of each problem's evaluations with the trusted process warm (warm of all)")
+    table.add_column("problem")
+    for m in rep.modes:
+        table.add_column(m.mode, justify="right")
+    for problem in problems:
+        cells = []
+        for m in rep.modes:
+            f = m.per_problem.get(problem)
+            median = "-" if f is None or f.median_warm_s is None else f"{f.median_warm_s:.2f}"
+            cells.append("" if f is None else f"{median} ({f.warm} of {f.evaluations})")
+        table.add_row(problem, *cells)
+    console.print(table)
+    warm = next((m for m in rep.modes if m.mode == "warm"), None)
+    if warm is None:
+        return
+    for problem, f in warm.per_problem.items():
+        verdict = "no warm evaluation (give -n at least 2 per problem)" if f.median_warm_s is None else \
+            "met" if f.median_warm_s <= throughput.WARM_MEDIAN_BAR_S else "NOT met"
+        shown = "-" if f.median_warm_s is None else f"{f.median_warm_s:.2f} s"
+        console.print(f"bar: {problem} median warm evaluation {shown} <= {throughput.WARM_MEDIAN_BAR_S:g} s: {verdict}",
+                      soft_wrap=True)
+
+
 @app.command("throughput")
 def throughput_command(
     n: int = typer.Option(32, "-n", min=1, help="Distinct submissions, evaluated once per mode."),
@@ -101,13 +131,23 @@ def throughput_command(
     serial_n: int = typer.Option(None, "--serial-n", min=1, help="Run the serial mode on the first K of the N "
                                  "submissions only (default: all N): N serial CUDA builds can outlast the time at "
                                  "hand, and serial evaluations per hour are a rate."),
-    modes: str = typer.Option(",".join(throughput.MODES), "--modes", help="The modes to run, in this order: "
-                              "serial, pipelined, warm (without pipelined, warm builds first, untimed). Each mode's "
-                              "figures are printed, and written to --json, as soon as it ends."),
+    modes: str = typer.Option(None, "--modes", help="The modes to run, in this order: serial, pipelined, warm "
+                              "(without pipelined, warm builds first, untimed). Default: all three; warm alone where a "
+                              "--problem's submissions are A/A copies, which build nothing: serial and pipelined "
+                              "measure builds, and are refused for them. Each mode's figures are printed, and written "
+                              "to --json, as soon as it ends."),
     solutions_dir: Path = typer.Option(None, "--solutions-dir", exists=True, file_okay=False,
-                                       help="Reference solutions to vary (default: reference_solutions/)."),
-    problems: list[str] = typer.Option([], "--problem", help="With --device cuda: vary only this problem's "
-                                       "solution (e.g. level2/75; repeat for more): a warm rate of one problem."),
+                                       help="Reference solutions to vary (default: reference_solutions/, for the "
+                                       "six built-in level-2 problems), named levelN_M_*.py."),
+    problems: list[str] = typer.Option([], "--problem", help="Only this problem's submissions (e.g. level2/75; "
+                                       "repeat for more). On --device cuda, variants of its reference solution in "
+                                       "--solutions-dir where it has one; else (and on --device cpu) copies of its "
+                                       "own reference as ModelNew (A/A: pure PyTorch, warm mode only)."),
+    problems_dir: Path = typer.Option(None, "--problems-dir", exists=True, file_okay=False,
+                                      help="A KernelBench folder (KernelBench/KernelBench, or one level of it) "
+                                      "whose problems --problem names (level1/19, level3/1): they join the built-in "
+                                      "ones, and a folder's problem replaces the built-in of the same id (level2/75: "
+                                      "the folder's file, with the reference solution of that id, if any)."),
     work_dir: Path = typer.Option(None, "--work-dir", file_okay=False, help="Keep each mode's data dir (builds, "
                                   "logs, queue) under this new folder (default: a temp dir, removed)."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Also write the report as JSON here."),
@@ -124,6 +164,9 @@ def throughput_command(
       harness bench throughput -n 32 --serial-n 6 --device cuda   (serial on one variant of each solution)
 
       harness bench throughput -n 3 --device cpu
+
+      harness bench throughput -n 15 --problems-dir KernelBench/KernelBench --problem level2/75 --problem level1/19
+      --problem level3/1 --device cuda   (warm: level2/75's solution, the others' A/A copies, 5 of each)
     """
     setup_logging(log_level)
     if device not in ("cuda", "cpu"):
@@ -135,18 +178,27 @@ def throughput_command(
     if arch_list and device != "cuda":
         typer.echo("error: --arch-list needs --device cuda (a C++-only build has no CUDA arch)", err=True)
         raise typer.Exit(2)
-    chosen = [m.strip() for m in modes.split(",") if m.strip()]
-    try:
-        throughput.check_modes(chosen)
-    except ValueError as e:
-        typer.echo(f"error: --modes: {e}", err=True)
-        raise typer.Exit(2) from None
+    if problems_dir is not None and not problems:
+        typer.echo("error: --problems-dir needs --problem: the folder's problems to measure (e.g. level1/19)", err=True)
+        raise typer.Exit(2)
     settings = settings_with()
-    registry = get_registry(settings.problems_dir)
+    folder = problems_dir.resolve() if problems_dir is not None else settings.problems_dir
+    registry = get_registry(folder)
     try:
         variants = throughput.make_variants(n, device, registry, solutions_dir, problems=problems)
+    except UnknownProblem as e:
+        where = f"in {folder} nor the built-ins" if folder is not None else "among the built-ins (see --problems-dir)"
+        typer.echo(f"error: --problem: {e} (not {where})", err=True)
+        raise typer.Exit(2) from None
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes is not None else \
+        list(throughput.default_modes(variants))
+    try:
+        throughput.check_modes(chosen, variants)
+    except ValueError as e:
+        typer.echo(f"error: --modes: {e}", err=True)
         raise typer.Exit(2) from None
     console = Console()
     with tempfile.TemporaryDirectory(prefix="kh-bench-") as tmp, \

@@ -1,4 +1,8 @@
-"""`harness bench throughput`: one batch of distinct load_inline submissions, evaluated serially and pipelined.
+"""`harness bench throughput`: one batch of distinct submissions, evaluated serially, pipelined and warm.
+
+The submissions are variants of the reference solutions (load_inline builds) or, for a named problem without one (any
+KernelBench problem, from `--problems-dir`), of the A/A copy of its own reference (`selfcheck.aa_submission`: pure
+PyTorch, nothing to build), each made distinct by a comment of its own.
 
 Every mode runs the service's own worker (`service.worker.Worker`) on one slot, over the same sources:
   serial     no compile pool, a fresh build cache: the slot compiles each submission inside its evaluation;
@@ -8,8 +12,10 @@ Every mode runs the service's own worker (`service.worker.Worker`) on one slot, 
              that mode did not run), queued problem by problem
              (as an RL loop or a re-evaluation sends them): the slot's trusted process stays warm between them
              and the next candidate's process starts ahead. Its evaluations per hour are the warm target's.
-The worker's stage functions are wrapped to time them; nothing else differs. No torch here: the sandbox's
-children do the torch work.
+The serial and pipelined modes measure builds: an A/A copy builds nothing, so a batch holding one runs the warm mode
+only (`default_modes`, `check_modes`). Each mode reports, per problem, the median of its evaluations with the trusted
+process warm (`ProblemFigures`). The worker's stage functions are wrapped to time them; nothing else differs. No torch
+here: the sandbox's children do the torch work.
 """
 
 from __future__ import annotations
@@ -39,12 +45,14 @@ from harness.sandbox import capabilities
 from harness.schema import EvalResult, Provenance
 from harness.service import reeval
 from harness.service.devices import Slot, plan_slots, probe
+from harness.service.selfcheck import aa_submission
 from harness.service.worker import Worker, default_compile_workers
 
 REPORT_SCHEMA_VERSION = 1
 WALL_BAR = 1.25  # pipelined wall <= WALL_BAR x the slower stage
 SPEEDUP_BAR = 5.0  # pipelined evaluations per hour >= SPEEDUP_BAR x serial
 WARM_BAR = 600.0  # warm evaluations per hour on one GPU
+WARM_MEDIAN_BAR_S = 2.5  # each problem's median warm evaluation, seconds (issue 35: 1,440 an hour)
 REFERENCE_SOLUTIONS = Path(__file__).resolve().parents[2] / "reference_solutions"
 _SOLUTION_NAME = re.compile(r"^level(\d+)_(\d+)_\w+\.py$")
 _EXTENSION_HEADER = "#include <torch/extension.h>"
@@ -82,8 +90,9 @@ class ModelNew(nn.Module):
 @dataclasses.dataclass
 class Variant:
     spec: ProblemSpec
-    origin: str  # the template it was made from
+    origin: str  # the template it was made from: a reference solution's file, CPU_TEMPLATE, or aa_origin(spec)
     text: str
+    aa: bool = False  # the A/A copy of the problem's own reference: pure PyTorch, it builds nothing
 
 
 def make_variant(template: str, tag: str) -> str:
@@ -92,6 +101,16 @@ def make_variant(template: str, tag: str) -> str:
     if _EXTENSION_HEADER not in template:
         raise ValueError(f"the template has no {_EXTENSION_HEADER!r} line to vary")
     return template.replace(_EXTENSION_HEADER, f"{_EXTENSION_HEADER}\n// kernelharness bench variant {tag}")
+
+
+def aa_variant(spec: ProblemSpec, tag: str) -> str:
+    """The A/A copy of the problem's reference with a first comment line naming the variant and the problem. It
+    builds nothing, so its text (the submission's hash, the candidate's file) is all that has to differ."""
+    return f"# kernelharness bench variant {tag}: {aa_origin(spec)}\n{aa_submission(spec.source(), {})}"
+
+
+def aa_origin(spec: ProblemSpec) -> str:
+    return f"A/A copy of {spec.id}'s reference"
 
 
 def reference_templates(folder: Path, registry: Registry) -> list[tuple[ProblemSpec, str, str]]:
@@ -111,23 +130,55 @@ def reference_templates(folder: Path, registry: Registry) -> list[tuple[ProblemS
 
 def make_variants(n: int, device: str, registry: Registry, solutions_dir: Path | None = None,
                   run_tag: str | None = None, problems: Sequence[str] = ()) -> list[Variant]:
-    """N distinct submissions: the reference solutions in turn (CUDA; of `problems` only, where named), or the C++
-    template (CPU)."""
+    """N distinct submissions, cycling through the templates. With no `problems`: the reference solutions (CUDA) or
+    the C++ template (CPU). Each named problem (as `registry` resolves it: UnknownProblem where it cannot): its
+    reference solution in `solutions_dir` on CUDA where it has one, else the A/A copy of its own reference."""
     run_tag = run_tag or secrets.token_hex(4)
-    if device == "cpu":
+    folder = solutions_dir or REFERENCE_SOLUTIONS
+    # (problem, origin, the solution's text, or None for the problem's A/A copy)
+    templates: list[tuple[ProblemSpec, str, str | None]]
+    if problems:
+        specs = list({s.id: s for s in (registry.get(name) for name in problems)}.values())
+        # A solution is filed under a KernelBench id, a problem named by any of its aliases.
+        solutions = {s.kernelbench_id: (name, text) for s, name, text in reference_templates(folder, registry)} \
+            if device == "cuda" else {}
+        templates = [(s, *solutions[s.kernelbench_id]) if s.kernelbench_id in solutions else (s, aa_origin(s), None)
+                     for s in specs]
+    elif device == "cpu":
         templates = [(registry.get(CPU_PROBLEM), "CPU_TEMPLATE", CPU_TEMPLATE)]
     else:
-        folder = solutions_dir or REFERENCE_SOLUTIONS
-        templates = [t for t in reference_templates(folder, registry)
-                     if not problems or t[0].kernelbench_id in problems or t[0].id in problems]
+        templates = [(s, name, text) for s, name, text in reference_templates(folder, registry)]
         if not templates:
-            raise ValueError(f"no reference solution of {'/'.join(problems) or 'a known problem'} in {folder}")
-    return [Variant(spec, origin, make_variant(text, f"{i + 1} of {n} (run {run_tag})"))
-            for i, (spec, origin, text) in ((i, templates[i % len(templates)]) for i in range(n))]
+            raise ValueError(f"no reference solution of a known problem in {folder}")
+    variants = []
+    for i in range(n):
+        spec, origin, text = templates[i % len(templates)]
+        tag = f"{i + 1} of {n} (run {run_tag})"
+        variants.append(Variant(spec, origin, aa_variant(spec, tag), aa=True) if text is None
+                        else Variant(spec, origin, make_variant(text, tag)))
+    return variants
+
+
+class ProblemFigures(BaseModel):
+    evaluations: int
+    warm: int  # of which with the trusted process warm (an earlier evaluation of the problem on the slot kept it)
+    median_warm_s: float | None  # their median seconds in the slot; None where none was warm (its one evaluation)
+
+
+def problem_figures(evaluations: Sequence[dict[str, Any]]) -> dict[str, ProblemFigures]:
+    """Per problem, from a mode's evaluation records (`ModeReport.evaluations`): a problem's first evaluation starts
+    its trusted process, so its median is over the others, what each further submission of it costs."""
+    out = {}
+    for problem in sorted({e["problem"] for e in evaluations}):
+        mine = [e for e in evaluations if e["problem"] == problem]
+        warm = [e["seconds"] for e in mine if e["trusted_warm"]]
+        out[problem] = ProblemFigures(evaluations=len(mine), warm=len(warm),
+                                      median_warm_s=round(statistics.median(warm), 3) if warm else None)
+    return out
 
 
 class ModeReport(BaseModel):
-    mode: str  # serial | pipelined
+    mode: str  # serial | pipelined | warm
     compile_workers: int
     submissions: int
     verdicts: dict[str, int]
@@ -151,6 +202,9 @@ class ModeReport(BaseModel):
     # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead,
     # its phases (observations.phases) and what its timed windows cost (Observations.window_costs).
     evaluations: list[dict[str, Any]] = []
+    # `problem_figures(evaluations)`, by problem id: the median warm evaluation of each. Empty in reports written
+    # before it existed.
+    per_problem: dict[str, ProblemFigures] = {}
 
     def trusted_warm_per_hour(self) -> float | None:
         """Evaluations an hour at the median wall of those with the trusted process warm; None where none was."""
@@ -215,9 +269,9 @@ class _Meter:
         finally:
             seconds = time.monotonic() - t0
             with self._lock:
-                self.evaluations.append((spec.kernelbench_id, seconds, result))
+                self.evaluations.append((spec.kernelbench_id or spec.id, seconds, result))
             if self.on_evaluation is not None:
-                self.on_evaluation(spec.kernelbench_id, seconds, result)
+                self.on_evaluation(spec.kernelbench_id or spec.id, seconds, result)
 
     def precompile(self, text: str, target: Provenance, settings: Settings, **kw: Any) -> PrecompileResult:
         kw["extra_env"] = {**(kw.get("extra_env") or {}), **self.extra_env}
@@ -270,6 +324,12 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
     for _, _, r in meter.evaluations:
         for name, secs in (r.observations.phases if r is not None else {}).items():
             phases[name] = phases.get(name, 0.0) + secs
+    evaluations = [{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
+                    "trusted_warm": bool(r and r.observations.trusted_warm),
+                    "candidate_ahead": bool(r and r.observations.candidate_ahead),
+                    "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()},
+                    "windows": r.observations.window_costs() if r else {}}
+                   for p, secs, r in meter.evaluations]
     return ModeReport(
         mode=mode, compile_workers=compile_workers, submissions=len(variants), verdicts=dict(verdicts), wall_s=wall,
         compile_s=sum(meter.builds) if compile_workers else slot_import_s,
@@ -281,12 +341,7 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         phases_s={k: round(v, 3) for k, v in phases.items()},
         trusted_warm_s=[round(secs, 3) for _, secs, r in meter.evaluations
                         if r is not None and r.observations.trusted_warm],
-        evaluations=[{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
-                      "trusted_warm": bool(r and r.observations.trusted_warm),
-                      "candidate_ahead": bool(r and r.observations.candidate_ahead),
-                      "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()},
-                      "windows": r.observations.window_costs() if r else {}}
-                     for p, secs, r in meter.evaluations],
+        evaluations=evaluations, per_problem=problem_figures(evaluations),
     )
 
 
@@ -299,13 +354,26 @@ def bench_slot(device: str, gpu: int, settings: Settings) -> Slot:
 
 
 MODES = ("serial", "pipelined", "warm")
+BUILD_MODES = ("serial", "pipelined")  # what they measure is the builds: where they run and what they overlap
 
 
-def check_modes(modes: Sequence[str]) -> None:
-    """The modes asked for exist."""
+def default_modes(variants: Sequence[Variant]) -> tuple[str, ...]:
+    """All three; the warm mode alone where a submission is an A/A copy (see `check_modes`)."""
+    return ("warm",) if any(v.aa for v in variants) else MODES
+
+
+def check_modes(modes: Sequence[str], variants: Sequence[Variant] = ()) -> None:
+    """The modes asked for exist, and fit the submissions: the serial and pipelined modes compare builds in the slot
+    with builds ahead of it, and an A/A copy builds nothing, so their figures and bars would say nothing of it."""
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         raise ValueError(f"the modes are {', '.join(MODES)} (got {', '.join(modes) or 'none'})")
+    building = [m for m in modes if m in BUILD_MODES]
+    aa = sorted({v.spec.id for v in variants if v.aa})
+    if building and aa:
+        raise ValueError(f"the {' and '.join(building)} mode{'s' if len(building) > 1 else ''} measure load_inline "
+                         f"builds, and the submissions of {', '.join(aa)} (A/A copies of the reference, pure "
+                         "PyTorch) build nothing: run the warm mode alone (--modes warm, the default for them)")
 
 
 def prebuild(variants: list[Variant], settings: Settings, slot: Slot, workers: int,
@@ -318,14 +386,16 @@ def prebuild(variants: list[Variant], settings: Settings, slot: Slot, workers: i
 
 def run_bench(variants: list[Variant], settings: Settings, registry: Registry, work_dir: Path, *, device: str,
               gpu: int = 0, compile_workers: int | None = None, arch_list: str | None = None,
-              serial_n: int | None = None, modes: Sequence[str] = MODES,
+              serial_n: int | None = None, modes: Sequence[str] | None = None,
               progress: Callable[[str, int, int], None] | None = None,
               on_mode: Callable[[ThroughputReport], None] | None = None,
               on_evaluation: Callable[[str, str, float, EvalResult | None], None] | None = None) -> ThroughputReport:
     """Serial (on the first `serial_n` variants, all by default), then pipelined (on all), then warm, those of
-    `modes`, each in a fresh data dir under `work_dir` (which must not hold earlier runs). `on_mode` gets the report
-    so far after each mode: a run cut off by a time limit still leaves the modes it finished."""
-    check_modes(modes)
+    `modes` (`default_modes` when None), each in a fresh data dir under `work_dir` (which must not hold earlier runs).
+    `on_mode` gets the report so far after each mode: a run cut off by a time limit still leaves the modes it
+    finished."""
+    modes = default_modes(variants) if modes is None else modes
+    check_modes(modes, variants)
     if serial_n is not None and not 1 <= serial_n <= len(variants):
         raise ValueError(f"the serial sample must be 1 to {len(variants)} submissions, got {serial_n}")
     capabilities.check_safe(settings)
@@ -348,7 +418,7 @@ def run_bench(variants: list[Variant], settings: Settings, registry: Registry, w
         mode_settings = settings.model_copy(update={"data_dir": data_dir, "database_url": None,
                                                     "build_cache_dir": None})
         if mode == "warm" and "pipelined" not in modes:  # the builds it evaluates again, made first, untimed
-            prebuild(batch, mode_settings, slot, max(1, compile_workers), extra_env)
+            prebuild([v for v in batch if not v.aa], mode_settings, slot, max(1, compile_workers), extra_env)
             if progress is not None:
                 progress(mode, 0, len(batch))  # built
         done.append(run_mode(mode, batch, mode_settings, registry, slot, compile_workers=workers,

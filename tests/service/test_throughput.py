@@ -6,10 +6,13 @@ import json
 import subprocess
 
 import pytest
+from rich.console import Console
 
-from harness.problems import get_registry
+from harness.cli.bench import render
+from harness.problems import UnknownProblem, get_registry
 from harness.service import throughput
 from harness.service.throughput import ModeReport
+from harness.submission import extract
 
 from .conftest import REPO, harness_cmd, service_env
 
@@ -32,7 +35,7 @@ def test_cuda_variants_cycle_the_reference_solutions_and_every_extension_source_
     assert "// kernelharness bench variant 1 of 8 (run t)" in first.text
     one = throughput.make_variants(3, "cuda", registry, REPO / "reference_solutions", problems=["level2/75"])
     assert [v.spec.kernelbench_id for v in one] == ["level2/75"] * 3 and len({v.text for v in one}) == 3
-    with pytest.raises(ValueError, match="no reference solution of level2/1 in"):
+    with pytest.raises(UnknownProblem, match="unknown problem 'level2/1'"):  # no built-in: see --problems-dir
         throughput.make_variants(3, "cuda", registry, REPO / "reference_solutions", problems=["level2/1"])
 
 
@@ -41,6 +44,91 @@ def test_cpu_variants_are_distinct_cpp_only_submissions_for_one_problem():
     assert len({v.text for v in variants}) == 3
     assert {v.spec.kernelbench_id for v in variants} == {"level2/30"}
     assert all("cuda_sources" not in v.text and "load_inline" in v.text for v in variants)
+
+
+KERNELBENCH = REPO / "tests" / "fixtures" / "kernelbench"  # level1/19, level2/30 and level3/1 among others
+
+
+def test_a_problem_without_a_reference_solution_gets_distinct_aa_copies_of_its_own_reference():
+    registry = get_registry(KERNELBENCH)
+    variants = throughput.make_variants(4, "cuda", registry, problems=["level1/19", "level3/1"], run_tag="t")
+    assert [(v.spec.id, v.aa) for v in variants] == [("level1/19", True), ("level3/1", True)] * 2
+    assert len({v.text for v in variants}) == 4
+    for v in variants:
+        assert v.spec.source_path.is_relative_to(KERNELBENCH) and v.origin == f"A/A copy of {v.spec.id}'s reference"
+        assert v.text.startswith("# kernelharness bench variant ") and f"A/A copy of {v.spec.id}'s" in v.text
+        # The reference itself as ModelNew, whole: what the candidate's child imports.
+        assert v.spec.source().rstrip() in extract(v.text).source and "class ModelNew(Model)" in v.text
+        assert not any(m in v.text for m in ("load_inline", "cpp_extension", "load("))  # the worker builds nothing
+    assert "# kernelharness bench variant 3 of 4 (run t): A/A copy of level1/19's reference" in variants[2].text
+    with pytest.raises(UnknownProblem, match=r"unknown problem 'level1/190'; did you mean: .*level1/19"):
+        throughput.make_variants(2, "cuda", registry, problems=["level1/19", "level1/190"])
+
+
+def test_with_a_problems_dir_a_problem_keeps_its_reference_solution_and_the_folder_s_file(tmp_path):
+    """The rule: a named problem resolves with the folder winning over a built-in of its id; its submissions are its
+    reference solution's variants (CUDA) where --solutions-dir has one for that id, else its A/A copies."""
+    registry = get_registry(KERNELBENCH)  # the folder has level2/30 (a built-in too), not level2/75
+    variants = throughput.make_variants(3, "cuda", registry, problems=["level2/30", "level2/75", "level1/19"])
+    (l30, l75, l19) = variants
+    assert (l30.spec.source_path.parent, l30.origin, l30.aa) == \
+        (KERNELBENCH / "level2", "level2_30_gemm_groupnorm_hardtanh.py", False)
+    assert l75.spec.builtin and l75.origin == "level2_75_gemm_groupnorm_min_biasadd.py" and not l75.aa
+    assert "// kernelharness bench variant 2 of 3" in l75.text and l19.aa
+    assert throughput.make_variants(1, "cuda", registry, problems=["gemm-groupnorm-min-biasadd"])[0].origin == \
+        l75.origin  # a built-in named by its slug finds its solution too
+    # No solution for the id (an empty --solutions-dir), or the CPU (the solutions are CUDA): the A/A copy.
+    assert all(v.aa for v in throughput.make_variants(2, "cuda", registry, tmp_path, problems=["level2/30"]))
+    assert all(v.aa for v in throughput.make_variants(2, "cpu", registry, problems=["level2/75", "level1/19"]))
+
+
+def test_aa_copies_run_the_warm_mode_alone_and_refuse_the_modes_that_measure_builds():
+    registry = get_registry(KERNELBENCH)
+    solutions = throughput.make_variants(2, "cuda", registry, problems=["level2/75"])
+    mixed = throughput.make_variants(2, "cuda", registry, problems=["level2/75", "level1/19"])
+    assert throughput.default_modes(solutions) == ("serial", "pipelined", "warm")
+    assert throughput.default_modes(mixed) == ("warm",)
+    throughput.check_modes(["serial", "pipelined", "warm"], solutions)
+    throughput.check_modes(["warm"], mixed)
+    with pytest.raises(ValueError, match=r"the serial and pipelined modes measure load_inline builds, and the "
+                                         r"submissions of level1/19 \(A/A copies.*--modes warm"):
+        throughput.check_modes(["serial", "pipelined", "warm"], mixed)
+    with pytest.raises(ValueError, match="the pipelined mode measure"):
+        throughput.check_modes(["pipelined"], mixed)
+
+
+def _evaluation(problem: str, seconds: float, warm: bool) -> dict:
+    return {"problem": problem, "seconds": seconds, "verdict": "passed", "trusted_warm": warm,
+            "candidate_ahead": warm, "phases": {}, "windows": {}}
+
+
+def test_each_problem_s_median_is_over_its_evaluations_with_the_trusted_process_warm():
+    records = [_evaluation("level1/19", 20.0, False), _evaluation("level1/19", 1.0, True),
+               _evaluation("level1/19", 3.0, True), _evaluation("level1/19", 2.0, True),
+               _evaluation("level3/1", 9.0, False), _evaluation("level3/1", 2.4, True),
+               _evaluation("level2/75", 8.0, False)]
+    figures = throughput.problem_figures(records)
+    assert list(figures) == ["level1/19", "level2/75", "level3/1"]
+    assert figures["level1/19"].model_dump() == {"evaluations": 4, "warm": 3, "median_warm_s": 2.0}  # not the cold 20
+    assert figures["level3/1"].median_warm_s == 2.4
+    assert figures["level2/75"].model_dump() == {"evaluations": 1, "warm": 0, "median_warm_s": None}  # its cold one
+    warm = _mode("warm", 60.0, submissions=7, verdicts={"passed": 7}, evaluations=records, per_problem=figures)
+    rep = throughput.ThroughputReport(device="cuda", device_name="H200", n=7, distinct_sources=7, origins=["x"],
+                                      arch_list=None, modes=[warm])
+    assert throughput.ThroughputReport.model_validate_json(rep.model_dump_json()).modes[0].per_problem == figures
+    console = Console(record=True, width=160)
+    render(rep, console)
+    out = console.export_text()
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()
+            if line.startswith("│ level")}
+    assert rows == {"level1/19": "2.00 (3 of 4)", "level2/75": "- (0 of 1)", "level3/1": "2.40 (1 of 2)"}
+    assert "bar: level1/19 median warm evaluation 2.00 s <= 2.5 s: met" in out
+    assert "bar: level3/1 median warm evaluation 2.40 s <= 2.5 s: met" in out
+    assert "bar: level2/75 median warm evaluation - <= 2.5 s: no warm evaluation (give -n at least 2" in out
+    slow = throughput.problem_figures([_evaluation("level3/1", 9.0, False), _evaluation("level3/1", 2.6, True)])
+    console = Console(record=True, width=160)
+    render(rep.model_copy(update={"modes": [warm.model_copy(update={"per_problem": slow})]}), console)
+    assert "bar: level3/1 median warm evaluation 2.60 s <= 2.5 s: NOT met" in console.export_text()
 
 
 def test_a_template_without_an_extension_header_cannot_be_varied():
@@ -185,3 +273,43 @@ def test_bench_refuses_an_arch_list_without_cuda(svc_settings):
     p = subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", "--arch-list", "9.0"),
                        env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--arch-list needs --device cuda" in p.stderr
+
+
+def test_bench_refuses_problems_it_cannot_measure_as_asked(svc_settings):
+    def bench(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(harness_cmd("bench", "throughput", "--device", "cpu", *args),
+                              env=service_env(svc_settings), capture_output=True, text=True, timeout=120)
+
+    p = bench("--problems-dir", str(KERNELBENCH), "--problem", "level1/19", "--problem", "level1/190")
+    assert p.returncode == 2 and "error: --problem: unknown problem 'level1/190'; did you mean:" in p.stderr
+    assert f"(not in {KERNELBENCH} nor the built-ins)" in p.stderr
+    p = bench("--problem", "level1/19")  # not a built-in: the folder it is in has to be given
+    assert p.returncode == 2 and "unknown problem 'level1/19'" in p.stderr and "see --problems-dir" in p.stderr
+    p = bench("--problems-dir", str(KERNELBENCH))
+    assert p.returncode == 2 and "--problems-dir needs --problem" in p.stderr
+    p = bench("--problems-dir", str(KERNELBENCH), "--problem", "level1/19", "--modes", "serial,warm")
+    assert p.returncode == 2 and "error: --modes: the serial mode measure" in p.stderr and "--modes warm" in p.stderr
+
+
+def test_bench_measures_a_folder_s_problem_by_its_aa_copy_in_the_warm_mode(svc_settings, tmp_path):
+    """A KernelBench problem with no reference solution, from --problems-dir: two A/A copies, the warm mode alone (the
+    default for them), the second with the trusted process warm; its median in the JSON and printed. About 30 s on
+    a 2-core machine (at the fixture's level1/19 sizes, reduced for the CPU, twice that: a tiny copy of it here)."""
+    level1 = tmp_path / "kb" / "level1"
+    level1.mkdir(parents=True)
+    relu = (KERNELBENCH / "level1" / "19_ReLU.py").read_text()
+    (level1 / "19_ReLU.py").write_text(relu.replace("batch_size = 4096", "batch_size = 16")
+                                       .replace("dim = 393216", "dim = 64"))
+    out = tmp_path / "report.json"
+    p = subprocess.run(harness_cmd("bench", "throughput", "-n", "2", "--device", "cpu", "--problems-dir",
+                                   str(tmp_path / "kb"), "--problem", "level1/19", "--json", str(out)),
+                       env=service_env(svc_settings, COLUMNS="160"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rep = throughput.ThroughputReport.model_validate_json(out.read_text())
+    (warm,) = rep.modes
+    assert warm.mode == "warm" and warm.verdicts == {"passed": 2} and rep.distinct_sources == 2
+    assert rep.origins == ["A/A copy of level1/19's reference"]
+    assert [(e["problem"], e["trusted_warm"]) for e in warm.evaluations] == [("level1/19", False), ("level1/19", True)]
+    figures = warm.per_problem["level1/19"]
+    assert (figures.evaluations, figures.warm) == (2, 1) and figures.median_warm_s == warm.evaluations[1]["seconds"]
+    assert f"bar: level1/19 median warm evaluation {figures.median_warm_s:.2f} s <= 2.5 s:" in p.stdout
