@@ -581,13 +581,16 @@ class Trusted:
         for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
             if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
                 continue
-            # Made one at a time (at a problem's own size each is gigabytes on the device beside the candidate's).
-            trivial: list[tuple[str, Any]] = [("zeros", lambda e=e: torch.zeros_like(e))]
+            # Made one at a time (at a problem's own size each is gigabytes on the device beside the candidate's);
+            # the constant ones are one number seen at every element, made whole a slice at a time by the comparison.
+            trivial: list[tuple[str, Any]] = [
+                ("zeros", lambda e=e: torch.zeros((), dtype=e.dtype, device=e.device).expand_as(e))]
             # The output's mean, and each row's, stand for the output only where it varies: a single number (a
             # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
             # own row mean, and computing that is the work.
             if bool(e.amax() != e.amin()):
-                trivial.append(("constant", lambda e=e: torch.full_like(e, float(e.mean()))))
+                trivial.append(("constant", lambda e=e: torch.full((), float(e.mean()), dtype=e.dtype,
+                                                                   device=e.device).expand_as(e)))
             if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
                 trivial.append(("row mean", lambda e=e: e.mean(dim=-1, keepdim=True).expand_as(e)))
             for kind, make in trivial:
