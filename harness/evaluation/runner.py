@@ -309,8 +309,9 @@ class _Evaluation:
     # --- the phases, in order ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """The trusted child, warm from the slot's pool where it has one for this problem, else started and probed
-        (with a known target, the candidate's process starts beside it)."""
+        """The trusted child, warm from the slot's pool where it has one for this problem; else one the pool started
+        ahead for it (`prestart_trusted`), or one started now, and probed (with a known target, the candidate's
+        process starts beside it)."""
         o = self.options
         pool = o.trusted_pool
         key = trusted_key(self.spec, o, self.settings)
