@@ -193,12 +193,10 @@ class TrustedPool:
             self.kept.popitem(last=False)[1].close()
 
     def idle_processes(self) -> list[int]:
-        """The pool's processes that run nothing now: its warm trusted processes between evaluations, and its spare
-        candidates, whose submissions are not imported yet (host PIDs)."""
+        """The pool's processes that run nothing now: its warm trusted processes between evaluations, those started
+        ahead, and its spare candidates, whose submissions are not imported yet (host PIDs)."""
         with self._spares_lock:
-            spares = list(self.spares)
-        with self._spares_lock:
-            ahead = list(self.ahead.values())
+            spares, ahead = list(self.spares), list(self.ahead.values())
         pids = [p for warm in list(self.kept.values()) + ahead for p in warm.trusted.processes()]
         return pids + [p for spare in spares for p in spare.candidate.processes()]
 
