@@ -7,10 +7,11 @@
 Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, every check and the timing
 protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
 share one `TrustedPool`, as a worker's slot does (its trusted process stays warm between evaluations of one
-problem), instead of starting a trusted process each; with `--ahead` too, the next evaluation's candidate
-process is started before each evaluation (`runner.prestart`), as a worker's GPU slot does (each evaluation's
-source then carries a comment line of its own: a worker starts nothing ahead for the very source it is evaluating,
-whose build dir that evaluation holds; `--prebuild` builds them all first, as a worker's compile pool would).
+problem), instead of starting a trusted process each; with `--ahead` too, the next evaluations' candidate
+processes (`prestart_depth` of them) are started before each evaluation (`runner.prestart`), as a worker's GPU slot
+does (each evaluation's source then carries a comment line of its own: a worker starts nothing ahead for the very
+source it is evaluating, whose build dir that evaluation holds; `--prebuild` builds them all first, as a worker's
+compile pool would).
 `--vary` takes a setting's values in turn. Prints one row per evaluation and the median of each phase, and of each
 step of the trusted side's commands on its own clock (`observations.trusted_seconds`).
 """
@@ -79,6 +80,7 @@ def main() -> int:
     target = prebuild.probe_device(args.device, settings)
     pool = TrustedPool(settings) if args.warm else None
     rows = []
+    ahead: set[int] = set()  # the evaluations whose candidates were started ahead
     order = [(rep, spec, path, w, v) for rep in range(args.repeats) for spec, path in jobs for w, v in variants]
     texts = [path.read_text() + (f"\n# evaluation {i}\n" if args.ahead else "")
              for i, (_, _, path, _, _) in enumerate(order)]
@@ -92,8 +94,13 @@ def main() -> int:
     try:
         for i, (rep, spec, path, w, v) in enumerate(order):
             value = f"{field} {values.split(',')[v]}" if field else ""
-            if args.ahead and pool is not None and i + 1 < len(order):
-                runner.prestart(order[i + 1][1], texts[i + 1], options[i + 1], chosen[i + 1])
+            # As a worker's slot does: the next `prestart_depth` evaluations' candidates started before this one (with
+            # one only, a short evaluation after a long one waited for its candidate's import, and walls side by side
+            # misled).
+            for j in range(i + 1, min(i + 1 + settings.prestart_depth, len(order))) if args.ahead and pool else ():
+                if j not in ahead:
+                    runner.prestart(order[j][1], texts[j], options[j], chosen[j])
+                    ahead.add(j)
             t0 = time.monotonic()
             result = runner.evaluate(spec, texts[i], options[i], chosen[i])
             wall = time.monotonic() - t0
