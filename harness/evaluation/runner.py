@@ -294,12 +294,10 @@ class _Evaluation:
             with contextlib.suppress(OSError):
                 (self.job / "trusted.log").write_bytes(self.warm.log_since_taken())
             pool = self.options.trusted_pool
-            if pool is None:
-                self.warm.close()
-            elif self.keep_trusted:
+            if self.keep_trusted and pool is not None:
                 pool.keep(self.warm)
             else:
-                pool.end(self.warm)
+                self.warm.close()
         elif self.trusted is not None:
             with contextlib.suppress(ChildExited):
                 self.trusted.proc.send({"cmd": "exit"})
@@ -338,7 +336,6 @@ class _Evaluation:
                     pool.started += 1
                     self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
                                             self.settings.kill_grace_s)
-                    pool.serves(key)
             if self.candidate is None and o.target is not None and o.device in ("auto", o.target.device):
                 self.candidate = self._start_candidate(o.target)
             self.trusted.proc.next_message(time.monotonic() + PROBE_TIMEOUT_S)  # "ready": torch imported

@@ -112,7 +112,7 @@ class TrustedPool:
         self.keep_warm = keep_warm  # False: a trusted process ends with its evaluation (`keep`)
         self.kept: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # least recently used first
         self.ahead: OrderedDict[tuple[Any, ...], WarmTrusted] = OrderedDict()  # started ahead, unprobed; oldest first
-        self.serving: set[tuple[Any, ...]] = set()  # the keys of the processes evaluations hold now
+        self.serving: set[tuple[Any, ...]] = set()  # the keys of the evaluations a slot runs now (`serves`)
         self.spares: list[SpareCandidate] = []  # oldest first
         self.max_spares = settings.prestart_depth + 1
         self._spares_lock = threading.Lock()  # the spares and the trusted processes started ahead
@@ -135,7 +135,6 @@ class TrustedPool:
         if warm.trusted.proc.proc.poll() is not None:
             warm.close()
             return None
-        self.serves(key)
         if warm.evaluations:
             self.reused += 1
         warm.mark_log()
@@ -148,17 +147,15 @@ class TrustedPool:
             return key in self.kept or key in self.ahead or key in self.serving
 
     def serves(self, key: tuple[Any, ...]) -> None:
-        """An evaluation of `key` holds, or is about to start, its trusted process: none is started ahead for it."""
-        self.serving.add(key)
+        """A slot is about to evaluate `key`, before its look-ahead may run: its trusted process (warm, or started by
+        the evaluation) serves the slot's next job of that problem, so none is started ahead for it."""
+        with self._spares_lock:
+            self.serving.add(key)
 
     def served(self, key: tuple[Any, ...]) -> None:
         """That evaluation is over (its process kept warm, or ended)."""
-        self.serving.discard(key)
-
-    def end(self, warm: WarmTrusted) -> None:
-        """An evaluation's process that is not kept (it failed, or is out of step): ended."""
-        self.served(warm.key)
-        warm.close()
+        with self._spares_lock:
+            self.serving.discard(key)
 
     def keep_ahead(self, warm: WarmTrusted) -> None:
         """A trusted process started for an evaluation to come (`runner.prestart_trusted`): it waits, unprobed, for
@@ -175,7 +172,6 @@ class TrustedPool:
         """Give the process back after an evaluation it served to the end: released, it waits for the next of its
         key (the least recently used of the others is ended where they are too many); ended where the pool keeps
         none warm."""
-        self.served(warm.key)
         if (other := self.kept.pop(warm.key, None)) is not None:
             other.close()
         if not warm.trusted.in_sync or not self.keep_warm:
