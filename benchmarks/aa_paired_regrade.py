@@ -2,6 +2,7 @@
 """A/A runs re-graded from their stored windows by a second rule, beside the rule that ranks: no evaluation runs.
 
     python benchmarks/aa_paired_regrade.py docs/results/cpu-aa-vm-e142e9e-sign-draws.json
+    python benchmarks/aa_paired_regrade.py --per-row 0.03 REPORT.json   # each row: spreads, rounds for +-3%
 
 Reads timing_fidelity.py's JSON, or a selfcheck report (`harness selfcheck --json`: rows with their windows). The
 rule that ranks is the ratio of two medians: eager's median time a call over the candidate's, each over its own
@@ -10,12 +11,18 @@ rule takes each round's own ratio (eager's window and the candidate's of that ro
 each net of the median empty window and the candidate's with its charge) and the median over rounds, marked where
 those ratios spread over 10%. Where the noise is the host's and common to both windows of a round, the paired rule
 cancels it; where each process runs at a speed of its own, it does not.
+
+`--per-row AIM` prints each run instead: each kind's spread and the paired ratios' (of the times a call), the rounds
+that each rule needs for its ratio to be known to +-AIM (95%, by the harness's formula: Student's t times 0.929 times
+the spread over the square root of the rounds, the ranking rule's spread the two kinds' in quadrature), and both
+ratios, the ratio of medians here taken over the times a call as re-graded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -66,10 +73,47 @@ def rows(path: Path) -> list[dict]:
     return out
 
 
+def _t95(df: int) -> float:
+    """Student's t, two-sided 95%, by its series about the normal's (as windows.ratio_halfwidth takes it)."""
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def rounds_for(spread: float, aim: float, most: int = 100_000) -> int:
+    """The fewest rounds n at which t95(n - 1) * 0.929 * spread / sqrt(n) is within `aim`."""
+    n = 2
+    while n < most and _t95(n - 1) * 0.929 * spread / math.sqrt(n) > aim:
+        n += 1
+    return n
+
+
+def per_row(path: Path, aim: float) -> None:
+    print(f"| {path.name} | rounds | spread C / E | paired | rounds for {aim:.0%}: paired / ranking | "
+          "ratio of medians | paired median |")
+    print("|---|---|---|---|---|---|---|")
+    for problem, cand, eager in _runs(json.loads(path.read_text())):
+        if not cand or not eager or not cand.get("windows_ms"):
+            continue
+        c, e = _per_call(cand), _per_call(eager)
+        ratios = [y / x for x, y in zip(c, e, strict=True) if x > 0]
+        if not ratios or statistics.median(c) <= 0:
+            continue
+        sc, se, sp = _spread(c), _spread(e), _spread(ratios)
+        print(f"| {problem} | {len(ratios)} | {sc:.1%} / {se:.1%} | {sp:.1%} | {rounds_for(sp, aim)} / "
+              f"{rounds_for(math.hypot(sc, se), aim)} | {statistics.median(e) / statistics.median(c):.3f}x | "
+              f"{statistics.median(ratios):.3f}x |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--per-row", type=float, default=None, metavar="AIM",
+                        help="each run's spreads and the rounds each rule needs for +-AIM (0.03: 3%%)")
     args = parser.parse_args()
+    if args.per_row is not None:
+        for path in args.files:
+            per_row(path, args.per_row)
+        return 0
     print("| file | rule | runs | median | worst | within 5% | marked | within 5% and unmarked |")
     print("|---|---|---|---|---|---|---|---|")
     for path in args.files:

@@ -46,17 +46,29 @@ FINGERPRINT_Z = 6.0
 # plan counts tensors, not how the allocator cut its blocks.
 ALLOCATOR_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
+# Both processes' host allocator (glibc's malloc) keeps what it is given back: blocks up to 32 MiB (its largest
+# threshold) come from the heap, and the heap is never trimmed. By default it hands freed memory back to the kernel
+# and sets its thresholds from each process's own history, so a window's tensors came from pages the kernel had to
+# find and zero again in one process and not in the other. On the 2-core CPU VM, both sides on one core and one
+# thread, the trusted side took 2,000-9,000 page faults per 0.3 s of rounds, the candidate 0-5,000, and the six
+# built-ins' A/A came out at 1.05x-1.34x; kept, at 0.988x-1.017x in 29 of 30 runs (docs/results/cpu-aa-*-03fa0cf*).
+# Larger blocks are still mapped and unmapped for each (a float64 truth of gigabytes goes back when it is let go).
+HOST_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+                      "MALLOC_TOP_PAD_": str(64 << 20)}
+
 
 def timing_env(cores: int | None = None) -> dict[str, str]:
-    """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV): the same number of threads in
-    each (the cores this process may run on, unless `cores` says), and no thread left spinning once its work is
+    """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV, HOST_ALLOCATOR_ENV): the same
+    number of threads in each (the cores this process may run on, unless `cores` says), and no thread left spinning
+    once its work is
     done. By default OpenMP's workers spin after each parallel region (on the 2-core CPU VM a 2-thread torch process
     burnt a median of 7.6 ms of CPU in a 50 ms sleep after a matmul and a group norm; 0.04 ms passive): the trusted
     side's spinning workers would hold a core through the start of the candidate's next window (the candidate is
     frozen after its turn, so never the other way round), and on a shared host a spinning barrier waits out other
     processes' time slices. Taken in when each process starts (OpenMP reads it once)."""
     threads = cores if cores is not None else len(os.sched_getaffinity(0))
-    return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE", **ALLOCATOR_ENV}
+    return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE", **ALLOCATOR_ENV,
+            **HOST_ALLOCATOR_ENV}
 
 
 def calls_per_window(reference_call_ms: float, io_bytes: int, device: str, window_ms: float,
