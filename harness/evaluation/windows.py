@@ -60,12 +60,11 @@ HOST_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRE
 def timing_env(cores: int | None = None) -> dict[str, str]:
     """The environment of both processes' thread pools and allocators (ALLOCATOR_ENV, HOST_ALLOCATOR_ENV): the same
     number of threads in each (the cores this process may run on, unless `cores` says), and no thread left spinning
-    once its work is
-    done. By default OpenMP's workers spin after each parallel region (on the 2-core CPU VM a 2-thread torch process
-    burnt a median of 7.6 ms of CPU in a 50 ms sleep after a matmul and a group norm; 0.04 ms passive): the trusted
-    side's spinning workers would hold a core through the start of the candidate's next window (the candidate is
-    frozen after its turn, so never the other way round), and on a shared host a spinning barrier waits out other
-    processes' time slices. Taken in when each process starts (OpenMP reads it once)."""
+    once its work is done. By default OpenMP's workers spin after each parallel region (on the 2-core CPU VM a
+    2-thread torch process burnt a median of 7.6 ms of CPU in a 50 ms sleep after a matmul and a group norm; 0.04 ms
+    passive): the trusted side's spinning workers would hold a core through the start of the candidate's next window
+    (the candidate is frozen after its turn, so never the other way round), and on a shared host a spinning barrier
+    waits out other processes' time slices. Taken in when each process starts (OpenMP and glibc read it once)."""
     threads = cores if cores is not None else len(os.sched_getaffinity(0))
     return {"OMP_NUM_THREADS": str(max(1, threads)), "OMP_WAIT_POLICY": "PASSIVE", **ALLOCATOR_ENV,
             **HOST_ALLOCATOR_ENV}
