@@ -2,7 +2,8 @@
 """Whether processes that run the same code at the same moment on the same core run it at the same speed: several
 processes of one launch-bound network, windows in a fresh random order each round, on the parent's clock. No harness.
 
-    python3 benchmarks/process_speed_aa.py PROBLEM.py CALLS ROUNDS [--processes 4] [--core 5] [--no-aslr] [--ballast 2]
+    python3 benchmarks/process_speed_aa.py PROBLEM.py CALLS ROUNDS [--processes 4] [--core 5] [--no-aslr]
+        [--ballast 2 [--state ballast|compiled|dynamo]]
 
 Each process builds the problem's Model at its file's size on CUDA (the same seed) and runs CALLS forwards a window
 when told, its thread kept to `--core`. Per process it prints the median window, and its medians over the first and
@@ -12,7 +13,9 @@ randomization off (personality(ADDR_NO_RANDOMIZE), then exec), so each maps its 
 `--ballast N` gives the first N processes what a trusted process holds beside its Model: the harness's trusted-side
 modules imported, a float64 copy of the model run once, 16 GiB of device memory and two million Python objects
 held; the others hold only their Model. Ballasted processes slower than the plain ones in both halves would make a
-trusted process's state, not its role, the cause of an A/A's bias.
+trusted process's state, not its role, the cause of an A/A's bias. `--state compiled` gives them instead what the
+trusted side's torch.compile baseline leaves (the Model compiled and run once, the compiled module kept: its eager
+windows still run the Model itself), and `--state dynamo` only torch._dynamo and torch._inductor imported.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 _NO_RANDOMIZE = 0x0040000
 
 
-def worker(path: str, calls: int, core: int, ballast: bool) -> None:
+def worker(path: str, calls: int, core: int, state: str | None) -> None:
     """Build the model, warm it, then answer "run" on stdin with "done" on stdout after CALLS forwards."""
     import importlib.util
 
@@ -47,7 +50,15 @@ def worker(path: str, calls: int, core: int, ballast: bool) -> None:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.set_num_threads(1)  # one core for every process: a pool's workers would wait on each other
     held: list[object] = []
-    if ballast:
+    if state == "compiled":
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(*x)
+        held.append(compiled)
+    elif state == "dynamo":
+        import torch._dynamo
+        import torch._inductor
+    elif state == "ballast":
         import copy
 
         import harness.evaluation.trusted  # noqa: F401  (what the trusted process imports)
@@ -84,10 +95,12 @@ def main() -> None:
     ap.add_argument("--core", type=int, default=5)
     ap.add_argument("--no-aslr", action="store_true")
     ap.add_argument("--ballast", type=int, default=0)
+    ap.add_argument("--state", choices=["ballast", "compiled", "dynamo"], default="ballast",
+                    help="what the first --ballast processes hold beside their Model")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.problem, args.calls, args.core, args.ballast > 0)
+        worker(args.problem, args.calls, args.core, args.state if args.ballast > 0 else None)
         return
     argv = [sys.executable, os.path.abspath(__file__), args.problem, str(args.calls), str(args.rounds),
             "--core", str(args.core), "--worker"]
@@ -95,7 +108,8 @@ def main() -> None:
     def layout_fixed() -> None:
         ctypes.CDLL(None, use_errno=True).personality(_NO_RANDOMIZE)
 
-    procs = [subprocess.Popen(argv + (["--ballast", "1"] if i < args.ballast else []), stdin=subprocess.PIPE,
+    held = ["--ballast", "1", "--state", args.state]
+    procs = [subprocess.Popen(argv + (held if i < args.ballast else []), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, bufsize=1,
                               preexec_fn=layout_fixed if args.no_aslr else None) for i in range(args.processes)]
     for p in procs:
@@ -117,17 +131,17 @@ def main() -> None:
     base = min(overall)
     name = os.path.basename(args.problem)
     print(f"== {name} calls {args.calls} rounds {args.rounds} core {args.core} aslr {'off' if args.no_aslr else 'on'} "
-          f"ballast on {args.ballast}")
+          f"{args.state} on {args.ballast}")
     for i, t in enumerate(times):
         a, b = st.median(t[:half]), st.median(t[half:])
-        print(f"  process {i}{' (ballast)' if i < args.ballast else ''}: median {overall[i]:7.2f} ms "
+        print(f"  process {i}{f' ({args.state})' if i < args.ballast else ''}: median {overall[i]:7.2f} ms "
               f"({overall[i] / base:.3f} of the fastest); halves {a:7.2f} {b:7.2f}")
     print(f"  slowest over fastest: {max(overall) / base:.3f}", flush=True)
     if 0 < args.ballast < len(procs):  # each round's ballasted windows over its plain ones: the host's moves cancel
         paired = [st.mean(t[r] for t in times[:args.ballast]) / st.mean(t[r] for t in times[args.ballast:])
                   for r in range(args.rounds)]
         q = st.quantiles(paired, n=4)
-        print(f"  ballasted over plain, paired by round: median {st.median(paired):.3f}, interquartile "
+        print(f"  {args.state} over plain, paired by round: median {st.median(paired):.3f}, interquartile "
               f"{q[0]:.3f}-{q[2]:.3f}", flush=True)
     for p in procs:
         assert p.stdin is not None

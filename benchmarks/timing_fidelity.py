@@ -147,6 +147,10 @@ def main() -> int:
                    # The host's load around the evaluation (1-minute averages): others' work on the same cores.
                    "load_before": load_before, "load_after": os.getloadavg()[0], "waited_for_quiet_s": waited_s,
                    "commit": current_commit(),
+                   # Where the rounds ran: the core both sides' window threads were kept to, whether the candidate
+                   # was held there (the CPU's one-core timing), and the core kept busy beside it.
+                   "timing_core": o.timing_core, "timing_core_held": o.timing_core_held, "busy_core": o.busy_core,
+                   "timing_core_refused": o.timing_core_refused,
                    # Each timed window's fingerprint figures, in round order: what the charges were made of
                    # (windows.fingerprint_charges), so that another rule can be tried on the same windows.
                    "fingerprints": o.timed_outputs.model_dump(include={

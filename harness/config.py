@@ -80,6 +80,13 @@ class Settings(BaseSettings):
                     "only, one of the worker's cores by the evaluation's GPU (its last for GPU 0, the one before "
                     "for GPU 1, ...); a number names it; 'off' leaves the threads where the system puts them.",
     )
+    busy_core: str = Field(
+        default="auto", pattern="^(auto|off|[0-9]+)$",
+        description="A core kept busy (a spinner at the idle scheduling class) through the timed rounds, so that the "
+                    "host runs every window at one speed whatever else it runs (harness/evaluation/busy_core.py): "
+                    "'auto' takes, on CUDA where a timing core is kept and the worker has 4 cores or more, its first "
+                    "core that no slot's windows take; a number names it; 'off' keeps none.",
+    )
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",
         description="Time torch.compile of the reference too; 'auto' does so on CUDA only.",

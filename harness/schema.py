@@ -357,6 +357,11 @@ class Observations(BaseModel):
     # side from it, where something did (its own words: a claim of the candidate's is a diagnostic, never a figure).
     timing_core: int | None = None
     timing_core_refused: str | None = None
+    # Whether every process of the candidate's was held to that core (its cpuset), both sides' torch on one thread:
+    # the CPU's one-core timing (rounds.RoundsPlan.held).
+    timing_core_held: bool = False
+    # The core kept busy through the timed rounds (busy_core.py), where one was; None where none was.
+    busy_core: int | None = None
     # What the candidate's time over each baseline's was known to when the timed rounds ended (95%, relative;
     # windows.ratio_halfwidth), the wider of eager's and torch.compile's: the rounds end early once it is within the
     # plan's aim (rounds.RoundsPlan.known_to). None where no round was timed.

@@ -346,7 +346,7 @@ class _Session:
         return {"layouts": [self._pack(self.kept[j], seg, k * slot) for k, j in enumerate(cmd.picks)]}
 
     def pin(self, cmd: Pin) -> dict[str, Any]:
-        return {"cores": timing.pin_thread(cmd.cores)}
+        return {"cores": timing.pin_thread(cmd.cores), "threads": timing.keep_threads(cmd.threads)}
 
     def trace(self, cmd: Trace) -> dict[str, Any]:
         """After the timed rounds: CUPTI let go, and the handles of the kernels the submission defined."""

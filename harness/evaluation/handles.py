@@ -243,6 +243,16 @@ class Candidate:
             raise CandidateStopped from None
         self.obs.pause_method = self.proc.pause_method
 
+    def can_keep_to(self) -> bool:
+        """Whether its jail has a cpuset that `keep_to` can hold it by."""
+        return self.proc.jail is not None and self.proc.jail.cpuset is not None
+
+    def keep_to(self, cores: list[int] | None) -> bool:
+        """Hold all its processes to `cores` (None: every core of the worker's again), by its jail's cpuset: whatever
+        it asks of the scheduler. False where the host gives no cpuset (or no jail)."""
+        jail = self.proc.jail
+        return jail is not None and jail.keep_to(cores)
+
     def processes(self) -> list[int]:
         """Every process of the candidate's now, one that left its process group too (host PIDs, as the parent sees
         them)."""

@@ -246,10 +246,12 @@ class LeadIn(CandidateCommand):
 
 
 class Pin(CandidateCommand):
-    """The thread that runs the windows kept to `cores` for the timed rounds (timing.pin_thread)."""
+    """The thread that runs the windows kept to `cores` for the timed rounds (timing.pin_thread), and torch on
+    `threads` intra-op threads (timing.keep_threads; None: as many as the process started with)."""
 
     cmd: Literal["pin"] = "pin"
     cores: list[int]
+    threads: int | None = None
 
 
 class Fingerprint(CandidateCommand):

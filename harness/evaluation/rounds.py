@@ -6,7 +6,8 @@ that window's outputs (what it takes beyond the trusted side's same work is char
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Two untimed rounds
-first warm every kind up and size the windows. The timed rounds end after the plan's fewest once the candidate's ratio
+first warm every kind up and size the windows. Through all of them one other core is kept busy (busy_core.py), so
+that the host runs every window at one speed. The timed rounds end after the plan's fewest once the candidate's ratio
 to each baseline is known to the plan's aim (windows.ratio_halfwidth), else at its most.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness import grading
-from harness.evaluation import gpu_sharing, windows
+from harness.evaluation import busy_core, gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CheckHandoverCommand,
@@ -77,6 +78,11 @@ class RoundsPlan:
     lead_in_ms: float = 0.0
     # The core both sides' window threads are kept to for the rounds (timing.pin_thread); None: wherever they run.
     core: int | None = None
+    # The candidate's processes are held to `core` for the rounds (its cpuset: Candidate.keep_to) and both sides run
+    # torch on one thread there: the CPU's timing on one core, where nothing the candidate does reaches another.
+    held: bool = False
+    # The core kept busy through the rounds (busy_core.py), so that the host runs each window at one speed; None: none.
+    busy_core: int | None = None
     # The timed rounds end after `least_rounds` (None: `rounds`, every one) once the candidate's time over each
     # baseline's is known to `known_to` (95%, relative: windows.ratio_halfwidth); windows that disagree run on, up to
     # `rounds`. 0: every round.
@@ -120,10 +126,14 @@ class TimedRounds:
         """The warm-up rounds, then the timed ones; the kinds' timing figures into `obs`. Each window is sized again
         after each warm-up round on the slower of the candidate and eager (a one-call candidate window bounds the
         first: an honest kernel far slower than the reference would overrun windows sized on the reference alone)."""
-        self._pin()
-        self._rounds()
+        with busy_core.BusyCore(self.plan.busy_core) as busy:
+            self.obs.busy_core = self.plan.busy_core if busy.kept else None
+            self._pin()
+            self._rounds()
         if self.plan.core is not None:  # given back its cores (a warm one's next prepare gives them back too)
             self.trusted.call({"cmd": "pin", "cores": None}, "pinned")
+        if self.obs.timing_core_held:
+            self.candidate.keep_to(None)
 
     def _pin(self) -> None:
         """Both sides' window threads kept to the plan's core for the rounds, the candidate's continued to be told so
@@ -133,12 +143,21 @@ class TimedRounds:
         core = self.plan.core
         if core is None:
             return
-        said = {"trusted": self.trusted.call({"cmd": "pin", "cores": [core]}, "pinned").get("cores"),
-                "candidate": self.candidate.request(Pin(cores=[core]), self.deadline(1, 0), Phase.timing)
-                .fields.get("cores")}
+        refused = []
+        threads = None
+        if self.plan.held:  # every process of the candidate's held to the core, then both sides on one thread
+            self.obs.timing_core_held = self.candidate.keep_to([core])
+            if self.obs.timing_core_held:
+                threads = 1
+            else:
+                refused.append("the candidate's processes could not be held to the core (its cpuset refused)")
+        said = {"trusted": self.trusted.call({"cmd": "pin", "cores": [core], "threads": threads}, "pinned")
+                .get("cores"),
+                "candidate": self.candidate.request(Pin(cores=[core], threads=threads), self.deadline(1, 0),
+                                                    Phase.timing).fields.get("cores")}
         self.candidate.pause()
-        refused = [f"the {side}'s window thread may run on {repr(cores)[:200]}" for side, cores in said.items()
-                   if cores != [core]]  # the candidate's words: hostile data, shown bounded
+        refused += [f"the {side}'s window thread may run on {repr(cores)[:200]}" for side, cores in said.items()
+                    if cores != [core]]  # the candidate's words: hostile data, shown bounded
         self.obs.timing_core = core
         self.obs.timing_core_refused = "; ".join(refused) or None
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from harness import artifacts, grading, kernels, static_checks
 from harness.config import Settings, get_settings
-from harness.evaluation import exchange_probe, gpu_sharing, windows
+from harness.evaluation import busy_core, exchange_probe, gpu_sharing, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_env, build_inputs, sealed_when_built
 from harness.evaluation.protocol import (
@@ -551,6 +551,10 @@ class _Evaluation:
         io_bytes = prepared["output_bytes"] + prepared["input_bytes"]
         mode = self.options.compile_baseline or self.settings.compile_baseline
         compiled = mode == "on" or (mode == "auto" and device == "cuda")
+        # On the CPU the rounds run on one core where the candidate can be held there (windows.timing_core).
+        holdable = device == "cpu" and self.candidate.can_keep_to()
+        core = windows.timing_core(self.settings.timing_core, device, self._visible(), held=holdable)
+        held = holdable and core is not None
         plan = RoundsPlan(
             device=device, window_ms=window_ms,
             rounds=self.options.windows or (self.settings.timing_windows_cuda if device == "cuda"
@@ -562,7 +566,7 @@ class _Evaluation:
             call_overhead_ms=prepared["window_cost_ms"], fixed_cost_factor=self.settings.window_fixed_cost_factor,
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
             staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms,
-            core=windows.timing_core(self.settings.timing_core, device, self._visible()),
+            core=core, held=held, busy_core=busy_core.busy_core(self.settings.busy_core, device, core),
             # Rounds asked for by number (options.windows) run every one.
             least_rounds=None if self.options.windows else self.settings.timing_windows_least,
             known_to=0.0 if self.options.windows else self.settings.timing_known_to)

@@ -108,6 +108,17 @@ def touch(device: torch.device) -> None:
 _CORES = sorted(os.sched_getaffinity(0))
 
 
+# torch's intra-op threads as this process started (windows.timing_env): what `keep_threads(None)` gives back.
+_THREADS = torch.get_num_threads()
+
+
+def keep_threads(threads: int | None) -> int:
+    """torch's intra-op threads set to `threads`, or to as many as the process started with (None); how many now.
+    The CPU's one-core rounds run both sides on one (rounds.RoundsPlan.held)."""
+    torch.set_num_threads(max(1, threads) if threads is not None else _THREADS)
+    return torch.get_num_threads()
+
+
 def pin_thread(cores: list[int] | None) -> list[int]:
     """The calling thread (the one that runs the windows and launches their kernels) kept to `cores`, or given back
     the cores it started with (None); the cores it may run on now. Both sides call it for the timed rounds, on the

@@ -786,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "probe":
                 chan.send("probed", **probe(raw.get("device", "auto")))
             elif name == "pin":  # the window thread kept to the timed rounds' core, or given back its own (None)
-                chan.send("pinned", cores=timing.pin_thread(raw.get("cores")))
+                threads = raw.get("threads") if raw.get("cores") is not None else None  # given back with the cores
+                chan.send("pinned", cores=timing.pin_thread(raw.get("cores")), threads=timing.keep_threads(threads))
             elif name == "wait_idle":
                 chan.send("idle", **reference_windows.wait_idle(float(raw.get("limit_s", 10.0))))
             elif name == "peaks":

@@ -203,18 +203,21 @@ def _iqr(values: list[float]) -> float:
     return q[2] - q[0]
 
 
-def timing_core(setting: str, device: str, visible: str, cores: list[int] | None = None) -> int | None:
-    """The core both sides' window threads are kept to for the timed rounds (Settings.timing_core), on CUDA only:
-    a launch-bound network timed in two processes whose threads ran on two cores of an H100's host measured
-    0.71x-1.35x against itself, on one core 0.89x-1.04x (the host slows its cores apart, by up to 1.9x between them
-    at a moment). 'auto' takes this process's last core for the first GPU `visible` names, the one before for the
-    next, so that slots on different GPUs of one host keep apart; a number names the core, on any device. None: not
-    kept ('off', and 'auto' on the CPU, where nothing of it was measured)."""
+def timing_core(setting: str, device: str, visible: str, cores: list[int] | None = None,
+                held: bool = False) -> int | None:
+    """The core both sides' window threads are kept to for the timed rounds (Settings.timing_core): a launch-bound
+    network timed in two processes whose threads ran on two cores of an H100's host measured 0.71x-1.35x against
+    itself, on one core 0.89x-1.04x (the host slows its cores apart, by up to 1.9x between them at a moment). 'auto'
+    takes this process's last core for the first GPU `visible` names, the one before for the next, so that slots on
+    different GPUs of one host keep apart; a number names the core, on any device. On the CPU 'auto' takes the last
+    core only where the candidate can be `held` to it (its cpuset): the rounds then run both sides on one thread
+    there (rounds.RoundsPlan.held), which a candidate free to use the other cores would be credited for. None: not
+    kept ('off', and 'auto' on a CPU that cannot hold the candidate)."""
     if setting == "off":
         return None
     if setting != "auto":
         return int(setting)
-    if device != "cuda":
+    if device != "cuda" and not held:
         return None
     mine = cores if cores is not None else sorted(os.sched_getaffinity(0))
     first = visible.split(",")[0].strip()

@@ -41,6 +41,7 @@ class Platform:
     cgroup: str | None  # "v2", "v1" or None
     pidns: bool = False  # as root, with the mount namespace: a PID (and IPC) namespace of the child's own
     freezer: str | None = None  # "v2", "v1" or None (the candidate's pause is then a ptrace-stop: pause.py)
+    cores: str | None = None  # "v2", "v1" or None: a cpuset that holds a candidate to the cores it is given
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -49,7 +50,8 @@ class Platform:
                  f"mount namespace {'yes' if self.mountns else 'no'}",
                  f"pid namespace {'yes' if self.pidns else 'no'}",
                  f"cgroup {self.cgroup or 'NO (no memory limit, no pids limit for root children)'}",
-                 f"freezer {self.freezer or 'no (candidates are paused by ptrace)'}"]
+                 f"freezer {self.freezer or 'no (candidates are paused by ptrace)'}",
+                 f"cpuset {self.cores or 'no (the CPU times candidates on every core)'}"]
         return ", ".join(parts)
 
 
@@ -95,7 +97,8 @@ def platform() -> Platform:
                 notes.append(f"no pid/ipc namespace: {why}")
     cgroup = cgroups.version()
     found = Platform(root=root, netns=netns, mountns=mountns, user_switch=user_switch, cgroup=cgroup,
-                     pidns=pidns, freezer=cgroups.freezer_version(cgroup), notes=tuple(notes))
+                     pidns=pidns, freezer=cgroups.freezer_version(cgroup), cores=cgroups.cores_version(cgroup),
+                     notes=tuple(notes))
     log.info("sandbox platform: %s%s", found.describe(), "".join(f"; {n}" for n in found.notes))
     return found
 

@@ -24,7 +24,7 @@ _CGROUP = Path("/sys/fs/cgroup")
 
 def own_dirs() -> dict[str, Path]:
     """controller -> this process's cgroup dir: {"unified": ...} on v2, {"memory": ..., "pids": ...} on v1 (with
-    "freezer" and "cpuacct" where mounted; "unified" too on a hybrid host)."""
+    "freezer", "cpuacct" and "cpuset" where mounted; "unified" too on a hybrid host)."""
     dirs: dict[str, Path] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -37,7 +37,7 @@ def own_dirs() -> dict[str, Path]:
             v2 = _CGROUP / rel if (_CGROUP / "cgroup.controllers").exists() else _CGROUP / "unified" / rel
             dirs["unified"] = v2
         for c in controllers.split(","):
-            if c in ("memory", "pids", "freezer", "cpuacct"):
+            if c in ("memory", "pids", "freezer", "cpuacct", "cpuset"):
                 dirs[c] = _CGROUP / c / rel
     return dirs
 
@@ -115,6 +115,58 @@ def create_freezer(version: str, made: list[Path]) -> tuple[Path, Path | None, l
         raise
     clock = dirs["cpuacct"] / name / "cpuacct.usage" if "cpuacct" in dirs else None
     return dirs["freezer"] / name, clock, new
+
+
+def cores_version(limits: str | None) -> str | None:
+    """Which cgroup can hold a child to the cores it is given (`keep_to`): "v2" where the host's limits are v2 and
+    a child cgroup there gets `cpuset.cpus` (the cpuset controller on in this cgroup's subtree_control), "v1" where a
+    cpuset hierarchy is mounted and a cgroup can be made in it; None where neither."""
+    dirs = own_dirs()
+    probe = f"kh-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    key = "unified" if limits == "v2" else "cpuset"
+    if key not in dirs:
+        return None
+    with contextlib.suppress(OSError):
+        (dirs[key] / probe).mkdir()
+        try:
+            if (dirs[key] / probe / "cpuset.cpus").exists():
+                return "v2" if key == "unified" else "v1"
+        finally:
+            (dirs[key] / probe).rmdir()
+    return None
+
+
+def create_cores(version: str, made: list[Path]) -> tuple[Path, list[Path]]:
+    """The cgroup whose cpuset holds one child whose cgroups are `made`, with every core and memory node of this
+    process's own, and the cgroups made for it (to join and remove with the rest). A v2 child cgroup is its own."""
+    if version == "v2":
+        unified = own_dirs()["unified"]
+        v2 = next(cg for cg in made if cg.parent == unified)
+        return v2, []
+    parent = own_dirs()["cpuset"]
+    cg = parent / (made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    cg.mkdir()
+    try:
+        for name in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset starts empty: no task may join it until both are set
+            (cg / name).write_text((parent / name).read_text().strip() or "0")
+    except OSError:
+        remove(cg)
+        raise
+    return cg, [cg]
+
+
+def keep_to(cg: Path, cores: list[int] | None) -> bool:
+    """Hold the processes of `cg` (a cpuset cgroup, `create_cores`) to `cores`, or give them every core of this
+    process's cgroup again (None): no process inside can move off them, whatever it asks of the scheduler. False
+    where the kernel refused."""
+    try:
+        value = (",".join(str(c) for c in cores) if cores is not None else
+                 (cg.parent / "cpuset.cpus").read_text().strip() or (cg.parent / "cpuset.cpus.effective").read_text()
+                 .strip())
+        (cg / "cpuset.cpus").write_text(value)
+        return True
+    except OSError:
+        return False
 
 
 def thaw(cg: Path) -> None:

@@ -184,6 +184,7 @@ class Jail:
     cgroups: list[Path] = field(default_factory=list)
     freezer: Path | None = None  # the cgroup whose freezer pauses the child (pause.py), one of `cgroups`
     cpu_clock: Path | None = None  # the file that counts the child's CPU time (cpu.stat, cpuacct.usage)
+    cpuset: Path | None = None  # the cgroup that holds an untrusted child to the cores it is given (`keep_to`)
     _lock: int | None = None
 
     @property
@@ -201,6 +202,11 @@ class Jail:
         if self.cgroups:
             return sorted({pid for cg in self.cgroups for pid in cgroups.procs(cg)})
         return pids_of_uid(self.uid) if self.uid is not None else []
+
+    def keep_to(self, cores: list[int] | None) -> bool:
+        """Hold every process of the child to `cores` (None: every core again), where its cgroups can (a cpuset):
+        whatever it asks of the scheduler, none of it runs elsewhere. False where nothing holds it."""
+        return self.cpuset is not None and cgroups.keep_to(self.cpuset, cores)
 
     def setup(self) -> None:
         p = capabilities.platform()
@@ -223,6 +229,9 @@ class Jail:
                 self.cgroups = cgroups.create(self.settings, p.cgroup)
             if (self.untrusted or self.pausable) and p.freezer is not None:
                 self.freezer, self.cpu_clock, made = cgroups.create_freezer(p.freezer, self.cgroups)
+                self.cgroups += made
+            if self.untrusted and p.cores is not None:
+                self.cpuset, made = cgroups.create_cores(p.cores, self.cgroups)
                 self.cgroups += made
         except SandboxError:
             self.cleanup()
@@ -290,7 +299,7 @@ class Jail:
         for cg in self.cgroups:
             cgroups.remove(cg)
         self.cgroups = []
-        self.freezer = self.cpu_clock = None
+        self.freezer = self.cpu_clock = self.cpuset = None
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harness import grading
+from harness.evaluation import busy_core
 from harness.evaluation.gpu_sharing import NvmlUnavailable
 from harness.evaluation.handles import CandidateStopped, TrustedFailed
 from harness.evaluation.rounds import DISTURBED_TRIES, RoundsPlan, TimedRounds
@@ -47,6 +48,7 @@ class FakeTrusted:
         self.deferred = 0
         self.pending: str | None = None
         self.pins: list[list[int] | None] = []  # the cores of each pin command, in order (None: its own again)
+        self.pin_threads: list[int | None] = []  # the threads each pin command asked for
 
     def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
                    ) -> tuple[float, dict[str, Any]]:
@@ -97,6 +99,7 @@ class FakeTrusted:
             return self.idle.pop(0) if self.idle else {"waited_ms": 0.06, "busy": False}
         if command["cmd"] == "pin":
             self.pins.append(command["cores"])
+            self.pin_threads.append(command.get("threads"))
             return {"cores": command["cores"] or [0, 1, 2, 3]}
         assert command["cmd"] == "check_handover"
         if command["defer"]:
@@ -133,6 +136,9 @@ class FakeCandidate:
         self.lead_ins: list[Any] = []
         self.segment: Callable[[], list[int]] = lambda: []
         self.cores = [0, 1, 2, 3]  # the cores its thread may be kept to
+        self.holdable = True  # its cpuset takes `keep_to`
+        self.held: list[list[int] | None] = []  # what `keep_to` was given, in order
+        self.threads: list[int | None] = []  # the threads each pin asked of it
 
     def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
         self.events.append(f"candidate {command.cmd}" + (" (clock from resume)" if clock_from_resume else ""))
@@ -140,6 +146,7 @@ class FakeCandidate:
             self.lead_ins.append(command)
             return Message("led_in", {}, self.sent_at + 0.01)
         if command.cmd == "pin":  # a candidate whose cgroup holds other cores is kept to those
+            self.threads.append(command.threads)
             return Message("pinned", {"cores": [c for c in command.cores if c in self.cores] or self.cores},
                            self.sent_at + 0.001)
         if command.cmd == "window":
@@ -156,6 +163,11 @@ class FakeCandidate:
         assert command.cmd == "handover"
         layouts = [{"kind": "tensor", "entries": [], "device": "cpu"} for _ in command.picks]
         return Message("handed_over", {"layouts": layouts}, self.sent_at + 0.002)
+
+    def keep_to(self, cores: list[int] | None) -> bool:
+        self.events.append(f"candidate held to {cores}")
+        self.held.append(cores)
+        return self.holdable
 
     def pause(self) -> None:
         self.pauses += 1
@@ -180,12 +192,13 @@ class FakeCandidate:
 def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, device: str = "cpu", rounds: int = 5,
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
             traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False,
-            core: int | None = None, least_rounds: int | None = None, known_to: float = 0.0
-            ) -> tuple[TimedRounds, list[str]]:
+            core: int | None = None, least_rounds: int | None = None, known_to: float = 0.0,
+            busy_core: int | None = None, held: bool = False) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
                       output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced, staged=staged,
-                      lead_in_ms=20.0 if staged else 0.0, core=core, least_rounds=least_rounds, known_to=known_to)
+                      lead_in_ms=20.0 if staged else 0.0, core=core, least_rounds=least_rounds, known_to=known_to,
+                      busy_core=busy_core, held=held)
     candidate.events = trusted.events  # one list: the order of both sides' commands
     candidate.segment = lambda: trusted.segment
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
@@ -541,6 +554,62 @@ def test_both_sides_window_threads_are_kept_to_the_plans_core_for_the_rounds_and
     unpinned.run()
     assert plain_trusted.pins == [] and "candidate pin" not in plain_trusted.events
     assert unpinned.obs.timing_core is None
+
+
+def test_the_plans_busy_core_spins_through_every_round_and_stops_with_them(tmp_path, monkeypatch):
+    """The spinner starts before the first window (the warm-up's included) and ends after the last, before the
+    trusted side is given its cores back; the observations name its core. Without one, none starts."""
+    trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "o")
+
+    class Recorded(busy_core.BusyCore):
+        def __enter__(self) -> busy_core.BusyCore:
+            trusted.events.append(f"busy {self.core}")
+            self.kept = self.core is not None
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            trusted.events.append("busy end")
+
+    monkeypatch.setattr(busy_core, "BusyCore", Recorded)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, device="cuda", core=3, busy_core=0)
+    rounds.run()
+    events = trusted.events
+    assert events[0] == "busy 0" and events[-2:] == ["busy end", "trusted pin"], (events[:3], events[-3:])
+    windows = [i for i, e in enumerate(events) if e.endswith(" window")]
+    assert windows and windows[0] > 0 and windows[-1] < events.index("busy end")
+    assert rounds.obs.busy_core == 0
+    plain_trusted = FakeTrusted()
+    trusted = plain_trusted
+    unbusy, _ = _rounds(tmp_path, plain_trusted, FakeCandidate(tmp_path / "p"), device="cuda", core=3)
+    unbusy.run()
+    assert plain_trusted.events[0] == "busy None" and unbusy.obs.busy_core is None
+
+
+def test_the_cpus_one_core_rounds_hold_the_candidate_there_and_run_both_sides_on_one_thread(tmp_path):
+    """Held (the CPU with a cpuset): before either side is pinned every process of the candidate's is held to the
+    core, then both sides are told one thread; after the last window the candidate is let go and the trusted side
+    given its cores and threads back. A cpuset that refuses is said, and both sides keep their threads: a
+    reference on one thread is never timed against a candidate free to use the other cores."""
+    trusted, candidate = FakeTrusted(), FakeCandidate(tmp_path / "o")
+    rounds, _ = _rounds(tmp_path, trusted, candidate, core=1, held=True)
+    rounds.run()
+    events = trusted.events
+    assert events[:4] == ["candidate held to [1]", "trusted pin", "candidate pin", "candidate paused"], events[:5]
+    assert trusted.pin_threads == [1, None] and candidate.threads == [1]
+    assert events[-2:] == ["trusted pin", "candidate held to None"], events[-3:]
+    assert rounds.obs.timing_core_held and rounds.obs.timing_core_refused is None
+    refusing_trusted, refusing = FakeTrusted(), FakeCandidate(tmp_path / "p")
+    refusing.holdable = False
+    refused, _ = _rounds(tmp_path, refusing_trusted, refusing, core=1, held=True)
+    refused.run()
+    assert refusing_trusted.pin_threads == [None, None] and refusing.threads == [None]
+    assert not refused.obs.timing_core_held and refusing.held == [[1]]
+    assert refused.obs.timing_core_refused == "the candidate's processes could not be held to the core (its cpuset " \
+                                              "refused)"
+    assert refused.obs.candidate_timing is not None
+    cuda_trusted, cuda = FakeTrusted(), FakeCandidate(tmp_path / "q")
+    _rounds(tmp_path, cuda_trusted, cuda, device="cuda", core=1)[0].run()
+    assert cuda.held == [] and cuda.threads == [None] and cuda_trusted.pin_threads == [None, None]
 
 
 def test_a_side_that_cannot_be_kept_to_the_core_is_said_and_timed_where_it_runs(tmp_path):

@@ -304,9 +304,10 @@ def test_the_candidates_lead_in_lets_the_last_windows_outputs_go_off_the_clock()
     assert session.kept == [] and len(kept) == 2  # the list let go, not the caller's emptied
 
 
-def test_the_timing_core_is_one_of_this_processs_cores_by_the_gpu_and_none_off_cuda():
+def test_the_timing_core_is_one_of_this_processs_cores_by_the_gpu_and_on_the_cpu_only_where_held():
     """On CUDA, 'auto' keeps GPU 0's rounds on this process's last core, GPU 1's on the one before (slots on one host
-    keep apart), wrapping round; a number is that core; 'off', and 'auto' on the CPU, keep none."""
+    keep apart), wrapping round; a number is that core; 'off' keeps none, nor 'auto' on the CPU unless the candidate
+    can be held to the core (its cpuset)."""
     cores = [0, 1, 2, 3]
     assert windows.timing_core("auto", "cuda", "", cores) == 3
     assert windows.timing_core("auto", "cuda", "0", cores) == 3
@@ -315,7 +316,8 @@ def test_the_timing_core_is_one_of_this_processs_cores_by_the_gpu_and_none_off_c
     assert windows.timing_core("auto", "cuda", "GPU-3f2a", cores) == 3  # a UUID names no index: the first slot's
     assert windows.timing_core("7", "cuda", "0", cores) == 7
     assert windows.timing_core("off", "cuda", "0", cores) is None
-    assert windows.timing_core("auto", "cpu", "", cores) is None
+    assert windows.timing_core("auto", "cpu", "", cores) is None  # a candidate nothing holds there: every core
+    assert windows.timing_core("auto", "cpu", "", cores, held=True) == 3  # its cpuset holds it: one core
     assert windows.timing_core("2", "cpu", "", cores) == 2
 
 

@@ -267,6 +267,50 @@ def test_the_launcher_ends_as_its_child_ended_and_leaves_nothing_running(jail_se
         j.cleanup()
 
 
+def test_a_candidate_held_to_a_core_cannot_move_any_thread_off_it_and_is_let_go_after(jail_settings, tmp_path):
+    """The CPU's one-core rounds hold the candidate by its cpuset (Jail.keep_to): a child that asks the scheduler
+    for every core, from its main thread and from a new one, still runs on the one it is held to. Its honest twin,
+    let go again, gets every core back."""
+    _need("cgroup")
+    if capabilities.platform().cores is None:
+        skip_or_fail("sandbox", f"the platform has no cpuset: {capabilities.platform().describe()}")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to hold a child away from")
+    j = limits.jail(jail_settings, untrusted=True, writable=[tmp_path])
+    j.setup()
+    probe = ("import os, sys, threading\n"
+             "for line in sys.stdin:\n"
+             "    os.sched_setaffinity(0, range(os.cpu_count()))\n"
+             "    seen = []\n"
+             "    t = threading.Thread(target=lambda: (os.sched_setaffinity(0, range(os.cpu_count())),"
+             " seen.append(sorted(os.sched_getaffinity(0)))))\n"
+             "    t.start(); t.join()\n"
+             "    print(sorted(os.sched_getaffinity(0)), seen[0], flush=True)\n")
+    r, w = os.pipe()
+    proc = subprocess.Popen([*j.launcher(w, tmp_path), sys.executable, "-c", probe], pass_fds=(w,),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    os.close(w)
+    try:
+        with os.fdopen(r, "rb") as status:
+            assert status.read() == b""
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def ask() -> str:
+            proc.stdin.write("where\n")
+            proc.stdin.flush()
+            return proc.stdout.readline().strip()
+
+        assert j.keep_to([cores[-1]])
+        assert ask() == f"[{cores[-1]}] [{cores[-1]}]"
+        assert j.keep_to(None)
+        assert ask() == f"{cores} {cores}"
+    finally:
+        proc.kill()
+        proc.wait()
+        j.cleanup()
+
+
 def test_a_paused_candidate_stops_whole_a_process_that_left_its_group_included(jail_settings, tmp_path):
     """Between its turns in the timed rounds a candidate's processes are paused: its group, and what its jail holds
     beside (a setsid child, which a signal to the group would miss), so none of its work runs beside the trusted
