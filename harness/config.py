@@ -81,11 +81,12 @@ class Settings(BaseSettings):
                     "for GPU 1, ...); a number names it; 'off' leaves the threads where the system puts them.",
     )
     busy_core: str = Field(
-        default="auto", pattern="^(auto|off|[0-9]+)$",
-        description="A core kept busy (a spinner at the idle scheduling class) through the timed rounds, so that the "
-                    "host runs every window at one speed whatever else it runs (harness/evaluation/busy_core.py): "
-                    "'auto' takes, on CUDA where a timing core is kept and the worker has 4 cores or more, its first "
-                    "core that no slot's windows take; a number names it; 'off' keeps none.",
+        default="off", pattern="^(auto|off|[0-9]+)$",
+        description="A core kept busy (a spinner at the idle scheduling class) through the timed rounds "
+                    "(harness/evaluation/busy_core.py): 'auto' takes, on CUDA where a timing core is kept and the "
+                    "worker has 4 cores or more, its first core that no slot's windows take; a number names it; "
+                    "'off', the default, keeps none (on an H200 host it made launch-bound windows faster outside the "
+                    "harness and left level 3's spread inside it as it was: docs/kernelbench.md).",
     )
     compile_baseline: str = Field(
         default="auto", pattern="^(auto|on|off)$",

@@ -6,8 +6,8 @@ that window's outputs (what it takes beyond the trusted side's same work is char
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Two untimed rounds
-first warm every kind up and size the windows. Through all of them one other core is kept busy (busy_core.py), so
-that the host runs every window at one speed. The timed rounds end after the plan's fewest once the candidate's ratio
+first warm every kind up and size the windows; where the plan names a busy core, a spinner runs there through all of
+them (busy_core.py). The timed rounds end after the plan's fewest once the candidate's ratio
 to each baseline is known to the plan's aim (windows.ratio_halfwidth), else at its most.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
@@ -81,7 +81,7 @@ class RoundsPlan:
     # The candidate's processes are held to `core` for the rounds (its cpuset: Candidate.keep_to) and both sides run
     # torch on one thread there: the CPU's timing on one core, where nothing the candidate does reaches another.
     held: bool = False
-    # The core kept busy through the rounds (busy_core.py), so that the host runs each window at one speed; None: none.
+    # The core kept busy through the rounds (busy_core.py; Settings.busy_core, off by default); None: none.
     busy_core: int | None = None
     # The timed rounds end after `least_rounds` (None: `rounds`, every one) once the candidate's time over each
     # baseline's is known to `known_to` (95%, relative: windows.ratio_halfwidth); windows that disagree run on, up to

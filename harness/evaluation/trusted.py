@@ -215,6 +215,7 @@ class Trusted:
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:
         self.release()
         timing.pin_thread(None)  # its own cores again, where the last evaluation's rounds did not give them back
+        timing.keep_threads(None)  # and its own torch threads (the CPU's one-core rounds run on one)
         clock = timing.Clock(problem_module.resolve_device(cmd.device))
         self._build(cmd)
         # Where this evaluation's segments live: on CUDA as the runner says (exchange_probe), else the host's memory.
