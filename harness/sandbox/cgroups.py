@@ -141,8 +141,11 @@ def create_cores(version: str, made: list[Path]) -> tuple[Path, list[Path]]:
     process's own, and the cgroups made for it (to join and remove with the rest). A v2 child cgroup is its own."""
     if version == "v2":
         unified = own_dirs()["unified"]
-        v2 = next(cg for cg in made if cg.parent == unified)
-        return v2, []
+        v2 = next((cg for cg in made if cg.parent == unified), None)
+        if v2 is not None:
+            return v2, []
+        (unified / (name := f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")).mkdir()
+        return unified / name, [unified / name]
     parent = own_dirs()["cpuset"]
     cg = parent / (made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     cg.mkdir()

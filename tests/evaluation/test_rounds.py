@@ -136,6 +136,7 @@ class FakeCandidate:
         self.lead_ins: list[Any] = []
         self.segment: Callable[[], list[int]] = lambda: []
         self.cores = [0, 1, 2, 3]  # the cores its thread may be kept to
+        self.first_fingerprint_s = 0.0  # what its process's first fingerprint takes beyond the others (first loads)
         self.holdable = True  # its cpuset takes `keep_to`
         self.held: list[list[int] | None] = []  # what `keep_to` was given, in order
         self.threads: list[int | None] = []  # the threads each pin asked of it
@@ -159,7 +160,8 @@ class FakeCandidate:
                            / 1e3)
         if command.cmd == "fingerprint":
             sums = [[s + self.off_by for s in row] for row in _sums(self.last_seeds)]  # type: ignore[operator]
-            return Message("fingerprinted", {"sums": sums}, self.sent_at + 0.0008)
+            first, self.first_fingerprint_s = self.first_fingerprint_s, 0.0
+            return Message("fingerprinted", {"sums": sums}, self.sent_at + 0.0008 + first)
         assert command.cmd == "handover"
         layouts = [{"kind": "tensor", "entries": [], "device": "cpu"} for _ in command.picks]
         return Message("handed_over", {"layouts": layouts}, self.sent_at + 0.002)
@@ -301,14 +303,42 @@ def test_windows_that_disagree_run_every_round_and_say_what_the_ratio_is_known_t
     assert off.obs.candidate_timing is not None and off.obs.candidate_timing.n == 8
 
 
+def test_a_processs_first_fingerprint_is_paid_in_the_warm_up_and_charged_to_no_window(tmp_path):
+    """An honest candidate whose first fingerprint takes 50 ms more (its kernels' first loads, as on an H200 in every
+    row): the last warm-up round fingerprints too, its figures let go, so no timed window is charged for it. Its
+    twin that leaves its first timed window's work to the fingerprint is still charged there."""
+    candidate, trusted = FakeCandidate(tmp_path / "o"), FakeTrusted()
+    candidate.first_fingerprint_s = 0.05
+    rounds, _ = _rounds(tmp_path, trusted, candidate)
+    rounds.run()
+    timing, check = rounds.obs.candidate_timing, rounds.obs.timed_outputs
+    assert timing is not None and check is not None
+    assert max(timing.charged_ms) < 1.0, timing.charged_ms
+    assert len(check.fingerprint_ms) == len(check.reference_fingerprint_own_ms) == 5  # the timed rounds' alone
+    assert trusted.commands.count("fingerprint") == 6  # and the warm-up's
+    lazy = FakeCandidate(tmp_path / "p")
+
+    def late(command: Any, *args: Any, **kwargs: Any) -> Message:
+        msg = FakeCandidate.request(lazy, command, *args, **kwargs)
+        if command.cmd == "fingerprint" and len(lazy.windows) == 4:  # the first timed window's work, left undone
+            return Message(msg.event, msg.fields, msg.received_at + 0.05)
+        return msg
+
+    lazy.request = late  # type: ignore[method-assign]
+    charged, _ = _rounds(tmp_path, FakeTrusted(), lazy)
+    charged.run()
+    assert charged.obs.candidate_timing is not None and charged.obs.candidate_timing.charged_ms[0] > 45.0
+
+
 def test_the_candidate_is_paused_after_every_turn_and_after_each_fingerprint(tmp_path):
-    """After the one-call window, after each window of a warm-up round, and after each timed round's window and its
-    fingerprint (the round trip after it is measured with the candidate stopped), and after each hand-over (the
-    trusted side copies the outputs out of the exchange as they were handed over, not as rewritten since)."""
+    """After the one-call window, after each window of a warm-up round and the last one's fingerprint, and after
+    each timed round's window and its fingerprint (the round trip after it is measured with the candidate stopped),
+    and after each hand-over (the trusted side copies the outputs out of the exchange as they were handed over, not
+    as rewritten since)."""
     candidate, trusted = FakeCandidate(tmp_path / "o"), FakeTrusted()
     _rounds(tmp_path, trusted, candidate)[0].run()
     handovers = trusted.commands.count("check_handover")
-    assert handovers >= 1 and candidate.pauses == 1 + 2 + 5 * 2 + handovers
+    assert handovers >= 1 and candidate.pauses == 1 + 2 + 1 + 5 * 2 + handovers
 
 
 def test_on_cuda_the_trusted_side_waits_for_an_idle_gpu_before_and_after_each_reference_window(tmp_path):
