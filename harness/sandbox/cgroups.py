@@ -97,12 +97,8 @@ def create_freezer(version: str, made: list[Path]) -> tuple[Path, Path | None, l
     dirs = own_dirs()
     name = made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if version == "v2":
-        unified = dirs["unified"]
-        v2 = next((cg for cg in made if cg.parent == unified), None)
-        if v2 is not None:
-            return v2, v2 / "cpu.stat", []
-        (unified / name).mkdir()
-        return unified / name, unified / name / "cpu.stat", [unified / name]
+        v2, new_v2 = _unified_child(made)
+        return v2, v2 / "cpu.stat", new_v2
     new = []
     try:
         for c in ("freezer", "cpuacct"):
@@ -140,12 +136,7 @@ def create_cores(version: str, made: list[Path]) -> tuple[Path, list[Path]]:
     """The cgroup whose cpuset holds one child whose cgroups are `made`, with every core and memory node of this
     process's own, and the cgroups made for it (to join and remove with the rest). A v2 child cgroup is its own."""
     if version == "v2":
-        unified = own_dirs()["unified"]
-        v2 = next((cg for cg in made if cg.parent == unified), None)
-        if v2 is not None:
-            return v2, []
-        (unified / (name := f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")).mkdir()
-        return unified / name, [unified / name]
+        return _unified_child(made)
     parent = own_dirs()["cpuset"]
     cg = parent / (made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     cg.mkdir()
@@ -170,6 +161,17 @@ def keep_to(cg: Path, cores: list[int] | None) -> bool:
         return True
     except OSError:
         return False
+
+
+def _unified_child(made: list[Path]) -> tuple[Path, list[Path]]:
+    """The child's v2 cgroup among `made`, else one made now (named as `made`'s are), and what was made for it."""
+    unified = own_dirs()["unified"]
+    v2 = next((cg for cg in made if cg.parent == unified), None)
+    if v2 is not None:
+        return v2, []
+    v2 = unified / (made[0].name if made else f"kh-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    v2.mkdir()
+    return v2, [v2]
 
 
 def thaw(cg: Path) -> None:
