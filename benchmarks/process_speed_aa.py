@@ -28,17 +28,21 @@ import statistics as st
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 _NO_RANDOMIZE = 0x0040000
 
 
-def worker(path: str, calls: int, core: int, state: str | None) -> None:
-    """Build the model, warm it, then answer "run" on stdin with "done" on stdout after CALLS forwards."""
+def built(path: str, core: int) -> tuple[Any, list[Any], Callable[[], None], str]:
+    """This process kept to `core` on one torch thread, and the problem's Model at its file's size on CUDA (the same
+    seed in every process), its inputs, the device's wait, and the device."""
     import importlib.util
 
     import torch
 
     os.sched_setaffinity(0, [core])
+    torch.set_num_threads(1)  # one core for every process: a pool's workers would wait on each other
     spec = importlib.util.spec_from_file_location("problem", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -48,7 +52,14 @@ def worker(path: str, calls: int, core: int, state: str | None) -> None:
     model = module.Model(*module.get_init_inputs()).to(device)
     x = [t.to(device) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    torch.set_num_threads(1)  # one core for every process: a pool's workers would wait on each other
+    return model, x, sync, device
+
+
+def worker(path: str, calls: int, core: int, state: str | None) -> None:
+    """Build the model, warm it, then answer "run" on stdin with "done" on stdout after CALLS forwards."""
+    import torch
+
+    model, x, sync, device = built(path, core)
     held: list[object] = []
     if state == "compiled":
         compiled = torch.compile(model)

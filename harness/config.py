@@ -36,11 +36,11 @@ class Settings(BaseSettings):
     # Timing: rounds of windows on the parent's clock (harness/evaluation/windows.py), candidate and reference
     # interleaved; each window lasts about window_ms at the reference's speed. On CUDA 12 rounds: a median of 12
     # windows is about 12% noisier than one of 15 (sqrt(15/12)) for 0.75 s less an evaluation (README, phase table).
-    # The A/A ratio of two medians of n windows whose spread (interquartile range over median) is s is known to
-    # about 2.6 s / sqrt(n) (95%): at a 5% spread, 7 windows leave +-4.9%, 12 +-3.7%. So 12 on the CPU too. These are
-    # the most; the rounds end after timing_windows_least once the ratio is known to timing_known_to (windows.
-    # ratio_halfwidth): the built-in problems' windows on an H200 spread 0.1-1.5%, and 6 of 0.4% know their ratio to
-    # 0.55%.
+    # The speedup is paired by round (windows.paired_ratio): the median over n rounds of log ratios whose spread
+    # (interquartile range) is s is known to about 2 s / sqrt(n) (95%): at a 5% spread, 12 rounds leave +-3.0%. So 12
+    # on the CPU too. These are the most; the rounds end after timing_windows_least once the speedup is known to
+    # timing_known_to (windows.paired_halfwidth): the built-in problems' windows on an H200 spread 0.1-1.5%, and 6
+    # rounds of 0.5% know their ratio to 0.5%.
     timing_windows_cuda: int = Field(default=12, ge=3)
     timing_windows_cpu: int = Field(default=12, ge=3)
     timing_windows_least: int = Field(

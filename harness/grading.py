@@ -65,7 +65,8 @@ HANDOVER_LATENCY_CREDIT = 3.0
 # The longest the trusted side may wait for the GPU to run nothing of another process's before a reference window
 # (obs.gpu_idle_waits_ms): a probe behind a busy host's scheduler may take a few; queued work takes its own time.
 LEFTOVER_GPU_MS = 20.0
-# Timed windows whose times per call spread wider than this (interquartile range over median) are too noisy to
+# Speedups paired by round that spread wider than this (the interquartile range of their logs; in results stored
+# before them, timed windows whose times per call spread wider, interquartile range over median) are too noisy to
 # rank: the result stands, marked timing_unreliable.
 SPREAD_LIMIT = 0.10
 # A median below this share of the speed-of-light floor is physically impossible (the floor uses
@@ -184,8 +185,12 @@ def _compiler_excerpt(message: str) -> tuple[str, str]:
 
 
 def _speedup(base: TimingStats | None, cand: TimingStats | None) -> float | None:
+    """The candidate's speedup over a baseline: paired by round where the baseline's figures hold it (windows.
+    paired_ratio), else (results stored before) the ratio of the two medians."""
     if base is None or cand is None or cand.median_ms <= 0:
         return None
+    if base.paired_speedup is not None:
+        return base.paired_speedup
     return base.median_ms / cand.median_ms
 
 
@@ -519,14 +524,22 @@ def _fingerprint_time(timed: TimedOutputCheck) -> Grade | None:
 
 
 def _unreliable_timing(obs: Observations) -> str | None:
-    """Why the timed windows cannot rank this result (too spread, or a time within the empty windows' noise)."""
+    """Why the timed windows cannot rank this result: the speedups, paired by round, spread too wide (in results
+    stored before them, each kind's windows), or a time is within the empty windows' noise. A speedup paired by
+    round is what ranks, and a host that slows both windows of a round alike moves it not at all, however far each
+    kind's windows drift together."""
     kinds = (("candidate", obs.candidate_timing), ("eager", obs.eager_timing), ("torch.compile", obs.compile_timing))
-    noisy = [f"{name} {t.spread:.1%}" for name, t in kinds if t is not None and t.spread is not None
-             and t.spread > SPREAD_LIMIT]
+    paired = [(name, t) for name, t in kinds[1:] if t is not None and t.paired_spread is not None]
+    if paired:
+        noisy = [f"over {name} {t.paired_spread:.1%}" for name, t in paired if t.paired_spread > SPREAD_LIMIT]
+        what, measure = "the candidate's speedups, paired by round, spread", "interquartile range of their logs"
+    else:
+        noisy = [f"{name} {t.spread:.1%}" for name, t in kinds if t is not None and t.spread is not None
+                 and t.spread > SPREAD_LIMIT]
+        what, measure = "the timed windows spread", "interquartile range over median"
     lost = [name for name, t in kinds[:2] if t is not None and t.clock == "parent_window"
             and t.median_ms <= (t.noise_ms or 0.0)]
-    why = [f"the timed windows spread {', '.join(noisy)} (interquartile range over median; limit "
-           f"{SPREAD_LIMIT:.0%})"] if noisy else []
+    why = [f"{what} {', '.join(noisy)} ({measure}; limit {SPREAD_LIMIT:.0%})"] if noisy else []
     why += [f"the {' and '.join(lost)} time is within the empty windows' noise"] if lost else []
     why += [obs.windows_sized_down] if obs.windows_sized_down else []
     return "; ".join(why) or None

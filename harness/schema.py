@@ -106,6 +106,12 @@ class TimingStats(BaseModel):
     # there, and for the trusted side's kinds.
     charged_ms: list[float] = Field(default_factory=list)
     windows_alone_median_ms: float | None = None
+    # A baseline's only: the candidate's speedup over it paired by round (exp of the median over rounds of log(this
+    # kind's time per call / the candidate's) in the same round: windows.paired_ratio), and the interquartile range of
+    # those logs. Where present it ranks, and its spread, not each kind's, says whether the windows can vouch for it;
+    # results stored before them ranked the ratio of the medians.
+    paired_speedup: float | None = None
+    paired_spread: float | None = None
     # Diagnostics, never ranked: what the timed process's own clocks said (the candidate's are its claims).
     device_median_ms: float | None = None  # its CUDA events over each window's calls, per call, median
     inputs_median_ms: float | None = None  # its host time making each window's inputs, per call, median
@@ -362,9 +368,9 @@ class Observations(BaseModel):
     timing_core_held: bool = False
     # The core kept busy through the timed rounds (busy_core.py), where one was; None where none was.
     busy_core: int | None = None
-    # What the candidate's time over each baseline's was known to when the timed rounds ended (95%, relative;
-    # windows.ratio_halfwidth), the wider of eager's and torch.compile's: the rounds end early once it is within the
-    # plan's aim (rounds.RoundsPlan.known_to). None where no round was timed.
+    # What the candidate's speedup over each baseline, paired by round, was known to when the timed rounds ended (95%,
+    # relative; windows.paired_halfwidth), the wider of eager's and torch.compile's: the rounds end early once it is
+    # within the plan's aim (rounds.RoundsPlan.known_to). None where no round was timed.
     timing_known_to: float | None = None
     trivial_outputs: list[TrivialOutput] = Field(default_factory=list)
     # Before each reference window on CUDA, how long the trusted side waited for the GPU to run nothing of another

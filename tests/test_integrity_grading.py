@@ -287,6 +287,20 @@ def test_noisy_windows_pass_unranked_as_timing_unreliable():
     assert "eager's speed asks for 19" in short.flags[0].detail
 
 
+def test_a_speedup_paired_by_round_ranks_and_its_spread_not_each_kinds_says_whether_it_can():
+    """Level 3's networks on an H200's host: both kinds' windows drift together with the host's speed (30% apart
+    within a row), the speedup paired by round 1.5% apart: ranked at the paired figure. A candidate whose own
+    windows come and go (every other one slow) spreads its paired speedups too, and is marked."""
+    drifting = _window_timing(10.0, spread=0.3)
+    eager = _window_timing(9.0, spread=0.3).model_copy(update={"paired_speedup": 1.02, "paired_spread": 0.015})
+    g = grade(_passing(candidate_timing=drifting, eager_timing=eager), TOL)
+    assert g.verdict == Verdict.passed and g.flags == [] and g.speedup_vs_eager == pytest.approx(1.02)
+    erratic = eager.model_copy(update={"paired_spread": 0.45})
+    g = grade(_passing(candidate_timing=drifting, eager_timing=erratic), TOL)
+    assert g.verdict == Verdict.passed and [f.check for f in g.flags] == ["timing_unreliable"]
+    assert "paired by round, spread over eager 45.0%" in g.flags[0].detail
+
+
 def test_results_timed_in_process_before_windows_still_grade():
     legacy = TimedOutputCheck(reported=100, expected=100, checked=[3], mismatches=["timed call 3: sum differs"])
     assert _checks(_passing(candidate_timing=_timing(1.0), timed_outputs=legacy)) == (Verdict.flagged,

@@ -8,7 +8,7 @@ paused until its next turn; before and after each reference window the parent ch
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Two untimed rounds
 first warm every kind up and size the windows; where the plan names a busy core, a spinner runs there through all of
 them (busy_core.py). The timed rounds end after the plan's fewest once the candidate's ratio
-to each baseline is known to the plan's aim (windows.ratio_halfwidth), else at its most.
+to each baseline, paired by round, is known to the plan's aim (windows.paired_halfwidth), else at its most.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
 into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
@@ -84,7 +84,7 @@ class RoundsPlan:
     # The core kept busy through the rounds (busy_core.py; Settings.busy_core, off by default); None: none.
     busy_core: int | None = None
     # The timed rounds end after `least_rounds` (None: `rounds`, every one) once the candidate's time over each
-    # baseline's is known to `known_to` (95%, relative: windows.ratio_halfwidth); windows that disagree run on, up to
+    # baseline's is known to `known_to` (95%, relative: windows.paired_halfwidth); windows that disagree run on, up to
     # `rounds`. 0: every round.
     least_rounds: int | None = None
     known_to: float = 0.0
@@ -208,9 +208,9 @@ class TimedRounds:
         known_to = self._known_to(calls, walls, len(walls["candidate"]))
         obs.timing_known_to = round(known_to, 6) if math.isfinite(known_to) else None
         obs.candidate_timing = windows.stats(series["candidate"], series["empty"])
-        obs.eager_timing = windows.stats(series["eager"], series["empty"])
+        obs.eager_timing = windows.stats(series["eager"], series["empty"], series["candidate"])
         if "compile" in self.kinds:
-            obs.compile_timing = windows.stats(series["compile"], series["empty"])
+            obs.compile_timing = windows.stats(series["compile"], series["empty"], series["candidate"])
 
     def _last_round(self, r: int, calls: int, walls: dict[str, list[float]]) -> bool:
         """Whether timed round `r` is the last: the plan's last, or one of at least its fewest where the windows so far
@@ -224,13 +224,14 @@ class TimedRounds:
         return self._known_to(calls, walls, r + 1) <= p.known_to
 
     def _known_to(self, calls: int, walls: dict[str, list[float]], n: int) -> float:
-        """What the candidate's time over each baseline's is known to with `n` windows each of the spreads the timed
-        windows so far show (the wider of eager's and torch.compile's), their times per call less the empty window's."""
+        """What the candidate's speedup over each baseline, paired by round, is known to with `n` rounds of the spread
+        the timed rounds so far show (the wider of eager's and torch.compile's; windows.paired_halfwidth), their times
+        per call less the empty window's."""
         if not walls["candidate"] or not walls["empty"]:
             return math.inf
         empty = statistics.median(walls["empty"])
         per_call = {kind: windows.WindowSeries(calls, walls[kind]).per_call_ms(empty) for kind in self.kinds}
-        return max(windows.ratio_halfwidth(per_call["candidate"], per_call[kind], n)
+        return max(windows.paired_halfwidth(per_call[kind], per_call["candidate"], n)
                    for kind in ("eager", "compile") if kind in self.kinds)
 
     def _round(self, r: int, calls: int, traced: int | None, chance: float, walls: dict[str, list[float]],

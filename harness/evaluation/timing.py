@@ -10,10 +10,11 @@ the parent's window, and the outputs it keeps are checked by the trusted side.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -48,9 +49,34 @@ def run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_s
     `manual_seed(its forward seed)` (problem_module), on both sides, so a stochastic reference (dropout) draws alike.
     With `keep`, each call's output is appended to it (kept for a hand-over).
 
+    Python's cyclic garbage collector is off for the window, as `timeit` keeps it: a collection walks every object
+    the process holds, and the trusted process holds far more than the candidate's (a float64 copy of the model,
+    the trials' outputs, the harness's own modules), so a launch-bound forward's collections would cost the
+    reference more than the same forward in the candidate's process. What the calls leave to collect is collected
+    after the window, off its clock, in either process.
+
     Returns the process's own view of the window, a diagnostic only (the candidate's is a claim): `host_ms`, its
     clock over the whole window, `inputs_ms` of it making the inputs, and on CUDA `device_ms`, events from after
     the inputs to the end."""
+    with _collector_off():
+        return _run_window(fn, problem, seeds, forward_seeds, device, flush, keep, inputs)
+
+
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """The cyclic garbage collector off inside, and as it was after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _run_window(fn: Callable[..., Any], problem: Any, seeds: list[int], forward_seeds: list[int],
+                device: torch.device, flush: torch.Tensor | None, keep: list[Any] | None,
+                inputs: list[list[Any]] | None) -> dict[str, float]:
     t0 = time.perf_counter()
     with torch.no_grad():
         if inputs is None:

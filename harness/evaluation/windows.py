@@ -128,16 +128,35 @@ def check_chance(rounds: int, output_bytes: int) -> float:
     return min(1.0, max(1, min(CHECKED_WINDOWS, affordable)) / max(rounds, 1))
 
 
-def ratio_halfwidth(a: list[float], b: list[float], n: int) -> float:
-    """What the ratio of the medians of `a` and `b` is known to, relative to it (95%), where each holds `n` windows of
-    the spreads (interquartile range over median) that `a` and `b` show: a median of n is about 1.2533 sigma over
-    sqrt(n), sigma about the interquartile range over 1.349, so a median is known to 0.929 s over sqrt(n) of itself;
-    a ratio's two add in quadrature. The spreads are themselves estimated from few windows, so Student's t for n - 1
-    degrees of freedom stands in for the normal's 1.96 (with 1.96, 6 windows of normal noise held the true ratio
-    87% of the time, not 95%: tests/evaluation/test_windows.py). Two medians of 12 windows of 5% spread each leave
-    +-4.2%; of 6 windows of 0.4% (a built-in problem's spread on an H200), +-0.55%."""
-    se = 0.929 * math.hypot(spread(a), spread(b)) / math.sqrt(max(n, 1))
-    return _t95(max(n - 1, 1)) * se
+def paired_ratio(base: list[float], candidate: list[float]) -> tuple[float, float]:
+    """The candidate's speedup over a baseline from their windows' times per call paired by round (the i-th of each
+    timed in the same round): exp of the median of log(base_i / candidate_i), and the interquartile range of those
+    logs (a relative spread, as `spread` is of one kind's windows). A host whose speed drifts by more than the calls
+    differ moves both windows of a round alike, and their ratio not at all: on an H200's host a launch-bound
+    network's calls ran at 7.5 or 16 ms for seconds at a time, and an A/A of windows cut from one process's timeline
+    (no difference of process at all) came out 0.87x-1.09x as a ratio of medians, 0.97x-1.03x paired
+    (benchmarks/call_timeline.py). A window of zero time per call, which only rounding makes, counts as the other
+    kind's smallest (1e-9 ms). (nan, 0) without a pair."""
+    pairs = [(max(b, 1e-9), max(c, 1e-9)) for b, c in zip(base, candidate, strict=False)]
+    if not pairs:
+        return math.nan, 0.0
+    logs = [math.log(b / c) for b, c in pairs]
+    return math.exp(statistics.median(logs)), _iqr(logs)
+
+
+def paired_halfwidth(base: list[float], candidate: list[float], n: int) -> float:
+    """What the paired speedup (`paired_ratio`) is known to, relative to it (95%), over `n` rounds of the spread these
+    windows show: a median of n is about 1.2533 sigma over sqrt(n), sigma about the interquartile range over 1.349,
+    so the median log ratio is known to 0.929 s over sqrt(n) for many rounds. For few, the interquartile range of n
+    normal draws comes out short of 1.349 sigma (0.79 of it at 6, 0.89 at 12) by more than their median's spread
+    falls short of 1.2533 sigma over sqrt(n) (0.90 of it at 6, 0.94 at 12), so the factor is 0.929 (1 + 0.8 / n)
+    (1.05 at 6, 0.99 at 12; 20,000 draws each); and the spread is itself estimated from few rounds, so Student's t
+    for n - 1 degrees of freedom stands in for the normal's 1.96. Without both, 6 rounds of normal noise held the
+    true ratio 90% of the time, not 95% (tests/evaluation/test_windows.py). 12 rounds of a 5% spread leave +-3.0%; 6
+    of 0.5%, +-0.5%."""
+    _, s = paired_ratio(base, candidate)
+    n = max(n, 1)
+    return _t95(max(n - 1, 1)) * 0.929 * (1 + 0.8 / n) * s / math.sqrt(n)
 
 
 def _t95(df: int) -> float:
@@ -291,11 +310,18 @@ def _number(value: Any) -> float | None:
     return f if math.isfinite(f) and f >= 0 else None
 
 
-def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
+def stats(series: WindowSeries, empty: WindowSeries, candidate: WindowSeries | None = None) -> TimingStats:
     """One kind's timing figures: median over windows of (window - median empty window + its charge) / calls; for
-    a series with charges, also the median of its windows alone (a diagnostic: what the time was before them)."""
+    a series with charges, also the median of its windows alone (a diagnostic: what the time was before them). For a
+    baseline, given the `candidate`'s series of the same rounds, the candidate's speedup over it paired by round
+    (`paired_ratio`), the figure that ranks."""
     empty_ms = statistics.median(empty.wall_ms)
     per_call = series.per_call_ms(empty_ms)
+    paired: dict[str, float] = {}
+    if candidate is not None and len(candidate.wall_ms) == len(series.wall_ms):
+        ratio, logs_spread = paired_ratio(per_call, candidate.per_call_ms(empty_ms))
+        if math.isfinite(ratio):
+            paired = {"paired_speedup": ratio, "paired_spread": logs_spread}
     raw = [(w + c) / series.calls for w, c in zip(series.wall_ms, series.charges(), strict=True)]
     alone = [max(w - empty_ms, 0.0) / series.calls for w in series.wall_ms]
     return TimingStats(
@@ -305,7 +331,8 @@ def stats(series: WindowSeries, empty: WindowSeries) -> TimingStats:
         std_ms=statistics.pstdev(per_call) if len(per_call) > 1 else 0.0,
         overhead_ms=empty_ms / series.calls, spread=spread(per_call), windows_ms=[round(w, 4) for w in series.wall_ms],
         noise_ms=_iqr(empty.wall_ms) / series.calls, charged_ms=list(series.charged_ms),
-        windows_alone_median_ms=statistics.median(alone) if series.charged_ms else None, **_diagnostics(series),
+        windows_alone_median_ms=statistics.median(alone) if series.charged_ms else None, **paired,
+        **_diagnostics(series),
     )
 
 

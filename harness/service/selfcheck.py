@@ -113,9 +113,10 @@ class SelfcheckReport(BaseModel):
 
 
 # Per timed kind, the figures that tell an A/A's cause apart (README, "Timing on a GPU"): the parent's time per call,
-# the process's own CUDA events and input making per call, the empty window, the round trip, the spread.
+# the process's own CUDA events and input making per call, the empty window, the round trip, the spread; a
+# baseline's speedup paired by round and its spread (windows.paired_ratio).
 CLOCK_FIELDS = ("median_ms", "device_median_ms", "inputs_median_ms", "overhead_ms", "round_trip_ms", "spread",
-                "calls_per_window", "n")
+                "calls_per_window", "n", "paired_speedup", "paired_spread")
 
 
 def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:

@@ -18,6 +18,7 @@ from harness.evaluation.handles import CandidateStopped, TrustedFailed
 from harness.evaluation.rounds import DISTURBED_TRIES, RoundsPlan, TimedRounds
 from harness.sandbox.process import Message
 from harness.schema import Observations, Tolerance
+from tests.test_integrity_grading import _passing
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)
 TRUSTED_PID, CANDIDATE_PIDS, OTHER_PID = 1000, [2000, 2001], 3000
@@ -49,6 +50,7 @@ class FakeTrusted:
         self.pending: str | None = None
         self.pins: list[list[int] | None] = []  # the cores of each pin command, in order (None: its own again)
         self.pin_threads: list[int | None] = []  # the threads each pin command asked for
+        self.host = [1.0]  # how much slower the host runs every window now (a test may share it with the candidate)
 
     def timed_call(self, command: dict[str, Any], reply: str, timeout_s: float | None = None
                    ) -> tuple[float, dict[str, Any]]:
@@ -69,7 +71,7 @@ class FakeTrusted:
             self.eager_seeds = list(command["seeds"])
         if command["staged"]:
             assert self.staged == command["seeds"]  # its own inputs, staged for this window
-        per_call = 0.0 if command["kind"] == "empty" else self.call_ms
+        per_call = 0.0 if command["kind"] == "empty" else self.call_ms * self.host[0]
         return 1.0 + per_call * len(command["seeds"]), {"host_ms": 1.0}
 
     def processes(self) -> list[int]:
@@ -140,6 +142,7 @@ class FakeCandidate:
         self.holdable = True  # its cpuset takes `keep_to`
         self.held: list[list[int] | None] = []  # what `keep_to` was given, in order
         self.threads: list[int | None] = []  # the threads each pin asked of it
+        self.host = [1.0]  # how much slower the host runs every window now (FakeTrusted.host)
 
     def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
         self.events.append(f"candidate {command.cmd}" + (" (clock from resume)" if clock_from_resume else ""))
@@ -155,7 +158,7 @@ class FakeCandidate:
             # Staged: its inputs are what the window segment holds (the fake trusted side's, given it by the test).
             self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
             assert len(self.last_seeds) == len(command.forward_seeds)
-            call_ms = self.call_ms * (1.0 + self.jitter * self.noise.uniform(-1.0, 1.0))
+            call_ms = self.call_ms * self.host[0] * (1.0 + self.jitter * self.noise.uniform(-1.0, 1.0))
             return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + call_ms * len(command.seeds))
                            / 1e3)
         if command.cmd == "fingerprint":
@@ -301,6 +304,34 @@ def test_windows_that_disagree_run_every_round_and_say_what_the_ratio_is_known_t
     off, _ = _rounds(tmp_path, FakeTrusted(), FakeCandidate(tmp_path / "p"), rounds=8, least_rounds=3)
     off.run()
     assert off.obs.candidate_timing is not None and off.obs.candidate_timing.n == 8
+
+
+def test_a_host_that_slows_every_window_of_a_round_alike_moves_each_kind_but_not_the_paired_speedup(tmp_path):
+    """Every other round the host runs both sides' windows at half speed, as a launch-bound network's calls on an
+    H200's host ran at 7.5 or 16 ms for seconds at a time: each kind's windows spread wide, the candidate's speedup
+    over eager, paired by round, is the 2x it is, known at once: the rounds end at the fewest, and the grade ranks it.
+    Graded on each kind's windows, as results stored before paired speedups are, the same rounds are marked."""
+    trusted, candidate = FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "o", call_ms=5.0)
+    candidate.host = trusted.host
+    rounds, _ = _rounds(tmp_path, trusted, candidate, rounds=12, least_rounds=4, known_to=0.01)
+    timed_round = rounds._round
+
+    def slowed(r: int, *args: Any, **kwargs: Any) -> None:
+        trusted.host[0] = 2.0 if r % 2 else 1.0
+        timed_round(r, *args, **kwargs)
+
+    rounds._round = slowed  # type: ignore[method-assign]
+    rounds.run()
+    obs = rounds.obs
+    ct, et = obs.candidate_timing, obs.eager_timing
+    assert ct is not None and et is not None and ct.n == 4
+    assert ct.spread > grading.SPREAD_LIMIT and et.spread > grading.SPREAD_LIMIT  # type: ignore[operator]
+    assert et.paired_speedup == pytest.approx(2.0, rel=0.01) and et.paired_spread < 0.01  # type: ignore[operator]
+    g = grading.grade(_passing(candidate_timing=ct, eager_timing=et), TOL)
+    assert g.speedup_vs_eager == pytest.approx(2.0, rel=0.01) and g.flags == []
+    g = grading.grade(_passing(candidate_timing=ct, eager_timing=et.model_copy(
+        update={"paired_speedup": None, "paired_spread": None})), TOL)
+    assert "timing_unreliable" in [f.check for f in g.flags] and "candidate" in g.flags[0].detail
 
 
 def test_a_processs_first_fingerprint_is_paid_in_the_warm_up_and_charged_to_no_window(tmp_path):
