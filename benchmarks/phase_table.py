@@ -8,7 +8,7 @@ Each PROBLEM=FILE is evaluated through the whole pipeline (`runner.evaluate`, ev
 protocol, the problem's default size on CUDA), `--repeats` times, interleaved. With `--warm`, the evaluations
 share one `TrustedPool`, as a worker's slot does (its trusted process stays warm between evaluations of one
 problem), instead of starting a trusted process each; with `--ahead` too, the next evaluations' candidate
-processes (`prestart_depth` of them) are started before each evaluation (`runner.prestart`), as a worker's GPU slot
+processes (`prestart_depth` of them) are started before each evaluation (`starts.prestart`), as a worker's GPU slot
 does (each evaluation's source then carries a comment line of its own: a worker starts nothing ahead for the very
 source it is evaluating, whose build dir that evaluation holds; `--prebuild` builds them all first, as a worker's
 compile pool would).
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.config import get_settings  # noqa: E402
-from harness.evaluation import prebuild, runner  # noqa: E402
+from harness.evaluation import prebuild, runner, starts  # noqa: E402
 from harness.evaluation.warm import TrustedPool  # noqa: E402
 from harness.problems import get_registry  # noqa: E402
 
@@ -99,7 +99,7 @@ def main() -> int:
             # misled).
             for j in range(i + 1, min(i + 1 + settings.prestart_depth, len(order))) if args.ahead and pool else ():
                 if j not in ahead:
-                    runner.prestart(order[j][1], texts[j], options[j], chosen[j])
+                    starts.prestart(order[j][1], texts[j], options[j], chosen[j])
                     ahead.add(j)
             t0 = time.monotonic()
             result = runner.evaluate(spec, texts[i], options[i], chosen[i])

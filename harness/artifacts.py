@@ -39,7 +39,7 @@ def compile_cache_env(settings: Settings) -> dict[str, str]:
     """Where the trusted child's torch.compile baseline keeps inductor's and Triton's caches: one folder for
     every evaluation, so the reference is compiled once per problem, size and software, not once per
     submission. Only trusted children get it, and only where candidates run as sandbox uids that cannot see
-    the data dir (runner.trusted_cache_env decides)."""
+    the data dir (starts.trusted_cache_env decides)."""
     root = settings.data_dir / "compile-cache"
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}

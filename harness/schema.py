@@ -335,9 +335,9 @@ class Observations(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)
     # The trusted process had served an earlier evaluation of this problem on the slot (kept warm: warm.py).
     trusted_warm: bool = False
-    # The candidate's process had been started ahead, during the slot's previous evaluation (runner.prestart).
+    # The candidate's process had been started ahead, during the slot's previous evaluation (starts.prestart).
     candidate_ahead: bool = False
-    # So had the trusted process, for a problem none was warm for (runner.prestart_trusted).
+    # So had the trusted process, for a problem none was warm for (starts.prestart_trusted).
     trusted_ahead: bool = False
     # Seconds per step of the trusted side's commands on its own clock, summed ("judge.trivial"): diagnostics.
     trusted_seconds: dict[str, float] = Field(default_factory=dict)

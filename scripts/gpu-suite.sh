@@ -35,6 +35,7 @@ stage() {  # stage NAME PARALLEL MARKERS PYTEST-ARGS...
     > "$OUT/$name.log" 2>&1
   rc=$?
   printf 'stage %-9s rc %d in %4d s: %s\n' "$name" "$rc" $((SECONDS - t0)) "$(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1)"
+  grep -E '^(FAILED|ERROR) ' "$OUT/$name.log" | cut -c1-300  # which, in the summary too: logs may not come back
   return $rc
 }
 

@@ -129,14 +129,14 @@ class GpuSlot:
 
     def start_ahead(self, item) -> bool:
         """Start the candidate process of `item`'s evaluation (see `evaluates`), if it is a gpu test that declares
-        one: it imports torch while this test evaluates, and `item` takes it (runner.prestart)."""
+        one: it imports torch while this test evaluates, and `item` takes it (starts.prestart)."""
         plan = planned_evaluation(item) if item is not None and "gpu" in item.keywords else None
         if plan is None:
             return False
-        from harness.evaluation import runner
+        from harness.evaluation import starts
 
         spec, text, options = plan
-        return runner.prestart(spec, text, self.options(spec, **options), self.settings)
+        return starts.prestart(spec, text, self.options(spec, **options), self.settings)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -20,24 +20,22 @@ import logging
 import os
 import random
 import secrets
-import shutil
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from harness import artifacts, grading, kernels, static_checks
+from harness import artifacts, grading, static_checks
 from harness.config import Settings, get_settings
-from harness.evaluation import busy_core, exchange_probe, gpu_sharing, windows
+from harness.evaluation import busy_core, exchange_probe, gpu_sharing, starts, windows
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
-from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_env, build_inputs, sealed_when_built
+from harness.evaluation.options import EvalOptions
+from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_inputs
 from harness.evaluation.protocol import (
-    CandidateRequest,
     Construct,
     JudgeCommand,
     LoadParameters,
@@ -48,12 +46,11 @@ from harness.evaluation.protocol import (
     TakeCommand,
     Trace,
 )
-from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant, with_small
+from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant
 from harness.evaluation.rounds import RoundsPlan, TimedRounds
-from harness.evaluation.warm import SpareCandidate, TrustedPool, WarmTrusted
+from harness.evaluation.warm import SpareCandidate, WarmTrusted
 from harness.problems.spec import ProblemSpec
-from harness.sandbox import capabilities, limits
-from harness.sandbox.process import ChildExited, ChildProcess, scrubbed_env
+from harness.sandbox.process import ChildExited
 from harness.schema import (
     DeterminismFigures,
     EvalResult,
@@ -61,7 +58,6 @@ from harness.schema import (
     KernelTrace,
     MemoryPlan,
     Observations,
-    Precision,
     ProblemRef,
     Provenance,
     SpeedOfLight,
@@ -102,36 +98,6 @@ class _Phases:
         self.last = now
 
 
-@dataclass
-class EvalOptions:
-    device: str = "auto"  # auto | cpu | cuda
-    size: str = "auto"  # auto (default on CUDA, small on CPU: every problem has one, `reduced_size`) or a size name
-    tolerance: Tolerance | None = None  # the problem's own at the precision when None
-    precision: Precision = "fp32"  # inputs, parameters and both models cast to it (harness/precision.py)
-    trials: int | None = None
-    timing: bool = True
-    compile_baseline: str | None = None  # auto | on | off; settings' when None
-    windows: int | None = None  # timed windows of each kind; the settings' for the device when None
-    compile_timeout_s: float | None = None  # the problem's own when None
-    run_timeout_s: float | None = None
-    seed: int | None = None  # fixes the secret seeds, for reproducing a run
-    # False traces no timed window's launches (one window slowed by CUPTI's callbacks): for benchmarks of timing
-    # alone, whose results then carry no kernel evidence (no no_custom_kernel flag either way).
-    kernel_trace: bool = True
-    # False keeps the reference's parameters at the problem's own initialisation (as KernelBench evaluates), for
-    # reproducing a result graded before they were drawn fresh.
-    fresh_parameters: bool = True
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # The device as a worker's slot probed it: with it, the candidate's process starts beside the trusted one
-    # instead of after its probe (and starts again after it, if the trusted child finds something else).
-    target: Provenance | None = None
-    # A slot's warm trusted process, kept between its evaluations (see warm.py); None: one for this evaluation.
-    trusted_pool: TrustedPool | None = None
-    # Called once the candidate is built (imported and constructed: its load_inline builds are done), so that a
-    # worker can show the job as compiling until then. Nothing of the evaluation depends on it.
-    built: Callable[[], None] | None = None
-
-
 def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
              settings: Settings | None = None) -> EvalResult:
     options = options or EvalOptions()
@@ -140,7 +106,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
     t0 = time.monotonic()
     tolerance = options.tolerance or spec.tolerance_at(options.precision)
     pool = options.trusted_pool
-    spare = pool.take_spare(spare_key(spec, text, options)) if pool is not None else None
+    spare = pool.take_spare(starts.spare_key(spec, text, options)) if pool is not None else None
     job_id = spare.job_id if spare is not None else artifacts.new_job_id()
     job = artifacts.job_dir(settings, job_id)
     (job / "submission.txt").write_text(text, errors="replace")
@@ -190,7 +156,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     """Run both children through the phases; fill `obs`. Returns the provenance and the size actually used.
 
     The candidate's process starts as soon as its target (device, arch, versions: what its build dir is keyed
-    by) is known: ahead of the evaluation (`spare`, see `prestart`), at once when the caller gives it
+    by) is known: ahead of the evaluation (`spare`, see `starts.prestart`), at once when the caller gives it
     (`options.target`, a worker's probed slot), else right after the trusted child's probe. It imports while the
     trusted child prepares the problem. It constructs the model once the init arguments are written and the constructor
     check has passed, while the trusted side draws the parameters, and takes them while the trusted side goes on to
@@ -262,7 +228,7 @@ class _Evaluation:
     @contextlib.contextmanager
     def open(self, work: Path):
         """The scratch layout; on the way out, whatever happened, no child or build lock outlives the evaluation."""
-        self.trusted_home, self.cand_home, self.exchange = _scratch_layout(work)
+        self.trusted_home, self.cand_home, self.exchange = starts.scratch_layout(work)
         try:
             yield self
         except BaseException:
@@ -308,11 +274,11 @@ class _Evaluation:
 
     def start(self) -> None:
         """The trusted child, warm from the slot's pool where it has one for this problem; else one the pool started
-        ahead for it (`prestart_trusted`), or one started now, and probed (with a known target, the candidate's
+        ahead for it (`starts.prestart_trusted`), or one started now, and probed (with a known target, the candidate's
         process starts beside it)."""
         o = self.options
         pool = o.trusted_pool
-        key = trusted_key(self.spec, o, self.settings)
+        key = starts.trusted_key(self.spec, o, self.settings)
         self.warm = pool.take(key) if pool is not None else None
         if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
             self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
@@ -325,13 +291,13 @@ class _Evaluation:
                 self.candidate = self._start_candidate(o.target)
             self.phases.end("reference_start")
         else:
-            if self.warm is not None:  # started ahead (prestart_trusted): it builds this evaluation's Model
+            if self.warm is not None:  # started ahead (starts.prestart_trusted): it builds this evaluation's Model
                 self.trusted, self.warm.model_seed = self.warm.trusted, self.param_seed
                 self.obs.trusted_ahead = True
             else:
                 home = pool.home() if pool is not None else self.trusted_home
                 log_path = home / "trusted.log" if pool is not None else self.job / "trusted.log"
-                self.trusted = _start_trusted(self.spec, o, self.settings, home, log_path)
+                self.trusted = starts.start_trusted(self.spec, o, self.settings, home, log_path)
                 if pool is not None:
                     pool.started += 1
                     self.warm = WarmTrusted(key, self.trusted, {}, self.param_seed, home, log_path,
@@ -596,7 +562,7 @@ class _Evaluation:
 
     def _traces(self) -> bool:
         assert self.provenance is not None
-        return traces_kernels(self.provenance.device, self.source, self.options)
+        return starts.traces_kernels(self.provenance.device, self.source, self.options)
 
     def trace_kernels(self) -> None:
         """After the timed rounds (one of whose windows was traced as it ran): CUPTI let go in the candidate's process,
@@ -643,17 +609,17 @@ class _Evaluation:
         return command_deadline(floor_s, calls, self.call_ms, write_bytes, self.run_limit)
 
     def _size_for(self, device: str) -> str:
-        size = _size_for(self.spec, self.options.size, device)
-        self.spec = _with_size(self.spec, size, self.settings)
+        size = starts.size_for(self.spec, self.options.size, device)
+        self.spec = starts.with_size(self.spec, size, self.settings)
         return size
 
     def _load(self, size: str) -> ProblemLoad:
-        return _load(self.spec, size, self.options.precision)
+        return starts.problem_load(self.spec, size, self.options.precision)
 
     def _start_candidate(self, target: Provenance) -> Candidate:
-        candidate = _start_candidate(self.spec, self.source, self.options, self.settings, target,
-                                     self._load(self._size_for(target.device)), self.exchange, self.cand_home,
-                                     self.job, self.obs)
+        candidate = starts.start_candidate(self.spec, self.source, self.options, self.settings, target,
+                                           self._load(self._size_for(target.device)), self.exchange, self.cand_home,
+                                           self.job, self.obs)
         candidate.begin_import()
         return candidate
 
@@ -692,128 +658,11 @@ def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: in
     return min(run_limit_s, max(floor_s, need))
 
 
-def _size_for(spec: ProblemSpec, size: str, device: str) -> str:
-    """`auto`: the problem's small size on the CPU (every problem has one: `reduced_size`), else its default."""
-    if size != "auto":
-        return size
-    return SMALL if device == "cpu" else "default"
-
-
-def _with_size(spec: ProblemSpec, size: str, settings: Settings) -> ProblemSpec:
-    """The spec, with the reduced CPU size its file does not name where `size` asks for it."""
-    return with_small(spec, settings) if size == SMALL else spec
-
-
 def _size_overrides(spec: ProblemSpec, size: str, settings: Settings) -> dict[str, Any]:
     """The module constants a size used set: what a result records of it."""
     if size == SMALL:
         return small_variant(spec, settings).overrides
     return spec.sizes[size].overrides if size in spec.sizes else {}
-
-
-def _load(spec: ProblemSpec, size: str, precision: str) -> ProblemLoad:
-    return ProblemLoad(path=spec.source_path, overrides=spec.size(size).overrides, precision=precision)
-
-
-def _scratch_layout(work: Path) -> tuple[Path, Path, Path]:
-    """An evaluation's scratch dirs (the trusted side's, the candidate's home, the exchange), made where missing."""
-    dirs = work / "trusted", work / "candidate", work / "exchange"
-    for d in dirs:
-        if not d.is_dir():
-            d.mkdir(mode=0o700)
-    return dirs
-
-
-def spare_key(spec: ProblemSpec, text: str, options: EvalOptions) -> tuple[Any, ...]:
-    """What a candidate's process started ahead was made from: an evaluation with another key cannot use it."""
-    target = options.target.model_dump_json(exclude={"started_at"}) if options.target is not None else None
-    return (spec.id, spec.version, str(spec.source_path), hashlib.sha256(text.encode(errors="replace")).hexdigest(),
-            options.device, options.size, options.precision, target, tuple(sorted(options.extra_env.items())))
-
-
-def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Settings) -> bool:
-    """Start the candidate's process of an evaluation to come, ahead, into `options.trusted_pool`: confined as its
-    evaluation's would be, it imports torch and waits for `Import`, which its evaluation sends when it begins (so
-    no submission code runs beside the evaluation now on the slot's GPU). Needs the slot's target; False where
-    nothing was started (no pool or target, an invalid submission, its build dir in use, no sandbox uid free: the
-    evaluation then starts its own as usual)."""
-    pool, target = options.trusted_pool, options.target
-    if pool is None or target is None or options.device not in ("auto", target.device):
-        return False
-    try:
-        source = extract(text).source
-    except InvalidSubmission:
-        return False
-    job_id = artifacts.new_job_id()
-    job = artifacts.job_dir(settings, job_id)
-    work = artifacts.new_scratch_dir(settings)
-    _, cand_home, exchange = _scratch_layout(work)
-    try:
-        # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
-        # source twice in a row), whose lock goes only when it constructs.
-        size = _size_for(spec, options.size, target.device)
-        candidate = _start_candidate(spec, source, options, settings, target,
-                                     _load(_with_size(spec, size, settings), size, options.precision), exchange,
-                                     cand_home,
-                                     job, Observations(), wait_for_build=False)
-    except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
-        if not isinstance(e, BlockingIOError):
-            log.warning("the next candidate's process could not start ahead: %s: %s", type(e).__name__, e)
-        artifacts.remove_scratch_dir(work)
-        shutil.rmtree(job, ignore_errors=True)
-        return False
-    pool.keep_spare(SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate))
-    return True
-
-
-def trusted_key(spec: ProblemSpec, options: EvalOptions, settings: Settings) -> tuple[Any, ...]:
-    """What a trusted process is started and builds its Model for: a warm one serves only an evaluation of its key."""
-    env = _trusted_env(options, settings)
-    return (spec.id, spec.version, hashlib.sha256(spec.source_path.read_bytes()).hexdigest(), spec.model_dump_json(),
-            options.device, options.size, options.precision, tuple(sorted(env.items())))
-
-
-def _trusted_env(options: EvalOptions, settings: Settings) -> dict[str, str]:
-    return {**trusted_cache_env(settings), **windows.timing_env(), **options.extra_env}
-
-
-def _start_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings, home: Path,
-                   log_path: Path) -> Trusted:
-    """The trusted child, started: it imports torch, says "ready" and waits for its probe."""
-    proc = ChildProcess("harness.evaluation.trusted", [], cwd=home,
-                        env=scrubbed_env(_trusted_env(options, settings), home),
-                        log_path=log_path, kill_grace_s=settings.kill_grace_s,
-                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
-                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged),
-                        fd_socket=True)
-    return Trusted(proc, settings.reference_timeout_s)
-
-
-def prestart_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings) -> bool:
-    """Start the trusted process of an evaluation to come, ahead, into `options.trusted_pool`, where none is warm or
-    started for its key: it imports torch and waits, unprobed (no CUDA context, no Model), for its evaluation, which
-    probes it and has it build that evaluation's Model. It never imports a submission, so nothing the evaluation
-    now running does can reach it. False where nothing was started."""
-    pool = options.trusted_pool
-    if pool is None:
-        return False
-    try:
-        key = trusted_key(spec, options, settings)
-    except OSError:  # its problem's file unreadable: its evaluation says so
-        return False
-    if pool.holds(key):
-        return False
-    home = pool.home()
-    log_path = home / "trusted.log"
-    try:
-        trusted = _start_trusted(spec, options, settings, home, log_path)
-    except Exception as e:  # the evaluation starts its own, as usual
-        log.warning("the next trusted process could not start ahead: %s: %s", type(e).__name__, e)
-        artifacts.remove_scratch_dir(home)
-        return False
-    pool.started += 1
-    pool.keep_ahead(WarmTrusted(key, trusted, {}, 0, home, log_path, settings.kill_grace_s))
-    return True
 
 
 def _target_changes(target: Provenance, probed: Provenance) -> str:
@@ -823,48 +672,3 @@ def _target_changes(target: Provenance, probed: Provenance) -> str:
     after = {"device": probed.device, **build_inputs(probed)}
     return "; ".join(f"{k} {before[k]!r} -> {after[k]!r}" for k in before if before[k] != after[k])
 
-
-def trusted_cache_env(settings: Settings) -> dict[str, str]:
-    """The shared torch.compile cache for the trusted child, where candidates cannot write to it: they run as
-    a sandbox uid with the data dir hidden. Otherwise (no user switch: a candidate has the worker's own uid)
-    nothing, so the trusted child compiles into its own scratch home as before and never loads compiled
-    code a candidate could have left."""
-    p = capabilities.platform()
-    if p.user_switch and p.mountns and settings.sandbox_user != "off":
-        return artifacts.compile_cache_env(settings)
-    return {}
-
-
-def traces_kernels(device: str, source: str, options: EvalOptions) -> bool:
-    """Whether a timed window of the candidate's is traced: on CUDA, unless the options say no or the source can launch
-    no kernel of its own (it builds nothing and imports only torch: `kernels.launches_only_library_kernels`)."""
-    return device == "cuda" and options.kernel_trace and not kernels.launches_only_library_kernels(source)
-
-
-def _start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
-                     load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations,
-                     wait_for_build: bool = True) -> Candidate:
-    """The candidate's process, started under its build dir's lock (its build dir is keyed by the target). It imports
-    torch, then waits for the parent's `Import` (`Candidate.begin_import`). With `wait_for_build` False, a build dir
-    another process holds is BlockingIOError at once."""
-    submission_path = home / "submission.py"
-    submission_path.write_text(source)
-    request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
-                               kernel_trace=traces_kernels(target.device, source, options))
-    request_path = home / "request.json"
-    request_path.write_text(request.model_dump_json())
-    builds, env = build_env(source, target, settings, home, options.extra_env)
-    build_lock = contextlib.ExitStack()
-    build_lock.enter_context(artifacts.exclusive_build_dir(builds, wait=wait_for_build))
-    try:
-        # Sealed when the lock goes: once ModelNew is constructed (nothing more is built), or at the process's end.
-        build_lock.enter_context(sealed_when_built(builds, settings))
-        proc = ChildProcess("harness.evaluation.child", ["--request", str(request_path)], cwd=home,
-                            env=scrubbed_env(env, home), log_path=job / "candidate.log",
-                            kill_grace_s=settings.kill_grace_s,
-                            jail=limits.jail(settings, untrusted=True, writable=[home, builds],
-                                             readable=[exchange], visible=[spec.source_path]), fd_socket=True)
-    except BaseException:
-        build_lock.close()
-        raise
-    return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s, source)

@@ -86,7 +86,7 @@ class WarmTrusted:
 class SpareCandidate:
     """A candidate's process started ahead of its evaluation, with that evaluation's job and scratch dirs."""
 
-    key: tuple[Any, ...]  # what its request and confinement were made from (runner.spare_key)
+    key: tuple[Any, ...]  # what its request and confinement were made from (starts.spare_key)
     job_id: str
     job: Path
     work: Path  # its evaluation's scratch dir (trusted/, candidate/, exchange/ inside)
@@ -158,7 +158,7 @@ class TrustedPool:
             self.serving.discard(key)
 
     def keep_ahead(self, warm: WarmTrusted) -> None:
-        """A trusted process started for an evaluation to come (`runner.prestart_trusted`): it waits, unprobed, for
+        """A trusted process started for an evaluation to come (`starts.prestart_trusted`): it waits, unprobed, for
         `take`. At most `max_spares` wait; an older one, or one for the same key, is ended."""
         with self._spares_lock:
             old = [o for o in [self.ahead.pop(warm.key, None)] if o is not None]

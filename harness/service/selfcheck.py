@@ -30,7 +30,8 @@ from pydantic import BaseModel, Field
 from harness.config import Settings
 from harness.evaluation import reduced_size
 from harness.evaluation.prebuild import probe_device
-from harness.evaluation.runner import EvalOptions, evaluate, prestart, prestart_trusted
+from harness.evaluation.runner import EvalOptions, evaluate
+from harness.evaluation.starts import prestart, prestart_trusted
 from harness.evaluation.warm import TrustedPool
 from harness.problems.spec import ProblemSpec, SizeVariant
 from harness.schema import Precision, Provenance
@@ -122,7 +123,7 @@ CLOCK_FIELDS = ("median_ms", "device_median_ms", "inputs_median_ms", "overhead_m
 def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
     """Each timed kind's CLOCK_FIELDS, from an evaluation's observations (none where it was not timed)."""
     out: dict[str, dict[str, float | None]] = {}
-    for kind in ("candidate", "eager"):
+    for kind in ("candidate", "eager", "compile"):
         timing = getattr(observations, f"{kind}_timing", None)
         if timing is not None:
             out[kind] = {f: getattr(timing, f, None) for f in CLOCK_FIELDS}
@@ -275,7 +276,7 @@ def looks_ahead(options: SelfcheckOptions) -> bool:
 def start_ahead(spec: ProblemSpec, options: SelfcheckOptions, settings: Settings, threads: int,
                 gpu_env: dict[str, str] | None, target: Provenance | None, pool: TrustedPool) -> None:
     """Start the next row's trusted process and candidate process (torch imported in each, nothing of the problem
-    or its submission run yet: `runner.prestart_trusted`, `runner.prestart`), while this lane evaluates a row."""
+    or its submission run yet: `starts.prestart_trusted`, `starts.prestart`), while this lane evaluates a row."""
     sized_spec, text, opts = _planned(spec, options, threads, _UNREDUCED, gpu_env, target, pool)
     prestart_trusted(sized_spec, opts, settings)
     prestart(sized_spec, text, opts, settings)

@@ -32,7 +32,7 @@ from harness.config import Settings
 from harness.db import crud, queries
 from harness.db.models import Job, JobStatus, ResultOrigin, Submission
 from harness.db.session import Database
-from harness.evaluation import runner
+from harness.evaluation import starts
 from harness.evaluation.prebuild import PrecompileResult, precompile
 from harness.evaluation.runner import EvalOptions, evaluate
 from harness.evaluation.warm import TrustedPool
@@ -379,7 +379,7 @@ class Worker:
                 self._warm_for[slot.name] = _problem_of(h)
                 # Its trusted process, warm or not, serves the slot's next job of the problem: none started ahead.
                 try:
-                    key = runner.trusted_key(h.spec, self._options(slot, pool, h), self.settings)
+                    key = starts.trusted_key(h.spec, self._options(slot, pool, h), self.settings)
                 except OSError:  # its problem's file unreadable: the evaluation says so
                     key = ()
                 pool.serves(key)
@@ -418,8 +418,8 @@ class Worker:
             except queue.Empty:
                 continue
             options = self._options(slot, pool, h)
-            runner.prestart(h.spec, h.claim.text, options, self.settings)
-            runner.prestart_trusted(h.spec, options, self.settings)  # where none is warm for its problem
+            starts.prestart(h.spec, h.claim.text, options, self.settings)
+            starts.prestart_trusted(h.spec, options, self.settings)  # where none is warm for its problem
             upcoming.append(h)
 
     def _options(self, slot: Slot, pool: TrustedPool | None, h: _Held) -> EvalOptions:

@@ -72,8 +72,10 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     assert o.candidate_timing.n == 3 and len(o.candidate_timing.windows_ms) == 3  # the test settings' windows
     assert o.eager_timing is not None and o.compile_timing is None  # compile baseline is off on CPU by default
     assert o.eager_timing.calls_per_window == o.candidate_timing.calls_per_window
-    # Net of the empty window, a call this small can come to 0 on a loaded 2-core host: then no speedup is claimed.
-    assert r.speedup_vs_eager == (pytest.approx(o.eager_timing.median_ms / o.candidate_timing.median_ms)
+    # The speedup that ranks is paired by round (windows.paired_ratio). Net of the empty window, a call this small can
+    # come to 0 on a loaded 2-core host: then no speedup is claimed.
+    assert o.eager_timing.paired_speedup is not None and o.eager_timing.paired_spread is not None
+    assert r.speedup_vs_eager == (pytest.approx(o.eager_timing.paired_speedup)
                                   if o.candidate_timing.median_ms > 0 else None)
     check = o.timed_outputs  # every output of every window fingerprinted; of a few, two handed over whole
     calls, picks = o.candidate_timing.calls_per_window, min(2, o.candidate_timing.calls_per_window)
@@ -190,16 +192,16 @@ def test_the_torch_compile_baseline_compiles_the_reference_once_into_a_cache_onl
 
 
 def test_without_a_sandbox_uid_the_trusted_side_gets_no_shared_compile_cache(settings, monkeypatch):
-    from harness.evaluation import runner
+    from harness.evaluation import starts
     from harness.sandbox import capabilities
 
     confined = capabilities.Platform(root=True, netns=True, mountns=True, user_switch=True, cgroup=None)
     monkeypatch.setattr(capabilities, "platform", lambda: confined)
-    assert runner.trusted_cache_env(settings)["TORCHINDUCTOR_CACHE_DIR"].startswith(str(settings.data_dir))
-    assert runner.trusted_cache_env(settings.model_copy(update={"sandbox_user": "off"})) == {}
+    assert starts.trusted_cache_env(settings)["TORCHINDUCTOR_CACHE_DIR"].startswith(str(settings.data_dir))
+    assert starts.trusted_cache_env(settings.model_copy(update={"sandbox_user": "off"})) == {}
     same_uid = capabilities.Platform(root=False, netns=True, mountns=False, user_switch=False, cgroup=None)
     monkeypatch.setattr(capabilities, "platform", lambda: same_uid)
-    assert runner.trusted_cache_env(settings) == {}
+    assert starts.trusted_cache_env(settings) == {}
 
 
 def test_cpp_that_does_not_compile_is_compile_error_with_the_compilers_message(run_fixture):

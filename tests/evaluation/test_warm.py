@@ -142,7 +142,7 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
     """The next evaluation's candidate process starts while the slot is busy: torch imported, no submission code.
     Its evaluation then waits only for the submission's own import, and gets the same verdicts."""
     from harness.evaluation.prebuild import probe_device
-    from harness.evaluation.runner import prestart
+    from harness.evaluation.starts import prestart
 
     target = probe_device("cpu", settings)
     spec = registry.get("level2/30")
@@ -187,11 +187,11 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
 
 
 def test_a_trusted_process_started_ahead_serves_its_evaluation_as_a_cold_one_would(registry, settings):
-    """The next problem's trusted process, started while the slot is busy (runner.prestart_trusted): torch imported,
+    """The next problem's trusted process, started while the slot is busy (starts.prestart_trusted): torch imported,
     unprobed, no Model. Its evaluation takes it and has it build the Model under the evaluation's own seed: with the
     seeds fixed, its expected outputs are a cold evaluation's (one built under the seed it was started with would
     differ), and the verdicts are the same. A pool that keeps none warm ends it with its evaluation."""
-    from harness.evaluation.runner import prestart_trusted
+    from harness.evaluation.starts import prestart_trusted
 
     spec = registry.get("level2/30")
     cold = _run(registry, settings, "level2/30", "l30_pytorch_correct.py", None, seed=7)

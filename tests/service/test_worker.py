@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from harness.db import crud, queries
 from harness.db.models import Job, Result
-from harness.evaluation import runner
+from harness.evaluation import runner, starts
 from harness.evaluation.prebuild import PrecompileResult
 from harness.grading import grade
 from harness.problems import get_registry
@@ -261,13 +261,13 @@ def test_a_slot_keeps_its_reference_warm_and_starts_the_next_candidate_ahead(svc
     from harness.evaluation.prebuild import probe_device
 
     trusted_ahead: list[bool] = []
-    real_prestart_trusted = runner.prestart_trusted
+    real_prestart_trusted = starts.prestart_trusted
 
     def prestart_trusted(spec, options, settings) -> bool:
         trusted_ahead.append(real_prestart_trusted(spec, options, settings))
         return trusted_ahead[-1]
 
-    monkeypatch.setattr(runner, "prestart_trusted", prestart_trusted)
+    monkeypatch.setattr(starts, "prestart_trusted", prestart_trusted)
     settings = svc_settings.model_copy(update={"prestart_candidates": "on"})
     texts = [(SUBMISSIONS / "l75_pytorch_correct.py").read_text() + f"\n# job {i}\n" for i in range(4)]
     ids = [submit(svc_db, t) for t in texts]
@@ -311,8 +311,8 @@ def test_a_slot_keeps_its_depth_of_next_candidates_started_while_it_evaluates(sv
         self._forget(h)
         return False
 
-    monkeypatch.setattr(runner, "prestart", prestart)
-    monkeypatch.setattr(runner, "prestart_trusted", lambda spec, options, settings: False)
+    monkeypatch.setattr(starts, "prestart", prestart)
+    monkeypatch.setattr(starts, "prestart_trusted", lambda spec, options, settings: False)
     monkeypatch.setattr(Worker, "_evaluate", evaluate)
     settings = svc_settings.model_copy(update={"prestart_candidates": "on", "prestart_depth": depth})
     for i in range(4):
