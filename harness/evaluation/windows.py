@@ -132,10 +132,10 @@ def paired_ratio(base: list[float], candidate: list[float]) -> tuple[float, floa
     """The candidate's speedup over a baseline from their windows' times per call paired by round (the i-th of each
     timed in the same round): exp of the median of log(base_i / candidate_i), and the interquartile range of those
     logs (a relative spread, as `spread` is of one kind's windows). A host whose speed drifts by more than the calls
-    differ moves both windows of a round alike, and their ratio not at all: on an H200's host a launch-bound
-    network's calls ran at 7.5 or 16 ms for seconds at a time, and an A/A of windows cut from one process's timeline
-    (no difference of process at all) came out 0.87x-1.09x as a ratio of medians, 0.97x-1.03x paired
-    (benchmarks/call_timeline.py). A window of zero time per call, which only rounding makes, counts as the other
+    differ moves both windows of a round alike, and their ratio not at all: on an H200's host ResNet101's calls ran
+    at 7.5 or 16 ms for seconds at a time, and an A/A of one-call windows cut from one process's timeline (no
+    difference of process at all), 12 pairs a group, came out 0.87x at worst as a ratio of medians, 1.03x paired
+    (benchmarks/call_timeline.py; docs/kernelbench.md). A window of zero time per call, which only rounding makes, counts as the other
     kind's smallest (1e-9 ms). (nan, 0) without a pair."""
     pairs = [(max(b, 1e-9), max(c, 1e-9)) for b, c in zip(base, candidate, strict=False)]
     if not pairs:
