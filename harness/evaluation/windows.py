@@ -135,8 +135,8 @@ def paired_ratio(base: list[float], candidate: list[float]) -> tuple[float, floa
     differ moves both windows of a round alike, and their ratio not at all: on an H200's host ResNet101's calls ran
     at 7.5 or 16 ms for seconds at a time, and an A/A of one-call windows cut from one process's timeline (no
     difference of process at all), 12 pairs a group, came out 0.87x at worst as a ratio of medians, 1.03x paired
-    (benchmarks/call_timeline.py; docs/kernelbench.md). A window of zero time per call, which only rounding makes, counts as the other
-    kind's smallest (1e-9 ms). (nan, 0) without a pair."""
+    (benchmarks/call_timeline.py; docs/kernelbench.md). A window of zero time per call, which only rounding makes,
+    counts as 1e-9 ms. (nan, 0) without a pair."""
     pairs = [(max(b, 1e-9), max(c, 1e-9)) for b, c in zip(base, candidate, strict=False)]
     if not pairs:
         return math.nan, 0.0
