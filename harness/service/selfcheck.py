@@ -75,6 +75,8 @@ class SelfcheckRow(BaseModel):
     precision: Precision = "fp32"  # what it was evaluated at (rows written before there was a choice: fp32)
     verdict: str  # an evaluation verdict, or "unsized"
     flags: list[str] = Field(default_factory=list)  # the checks a `flagged` verdict names
+    # What each flag says (`flag_details`): why a row was marked timing_unreliable, read from the report alone.
+    flag_details: dict[str, str] = Field(default_factory=dict)
     message: str = ""
     speedup_vs_eager: float | None = None
     forward_s: float | None = None  # one forward pass at this size, measured while sizing
@@ -118,6 +120,17 @@ class SelfcheckReport(BaseModel):
 # baseline's speedup paired by round and its spread (windows.paired_ratio).
 CLOCK_FIELDS = ("median_ms", "device_median_ms", "inputs_median_ms", "overhead_ms", "round_trip_ms", "spread",
                 "calls_per_window", "n", "paired_speedup", "paired_spread")
+
+
+def flag_details(flags: list[Any]) -> dict[str, str]:
+    """Each flag's check and what it says (those of one check joined), each at most FLAG_DETAIL_CHARS."""
+    out: dict[str, list[str]] = {}
+    for f in flags:
+        out.setdefault(f.check, []).append(f.detail)
+    return {check: "; ".join(details)[:FLAG_DETAIL_CHARS] for check, details in out.items()}
+
+
+FLAG_DETAIL_CHARS = 600
 
 
 def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
@@ -255,7 +268,7 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
     return SelfcheckRow(
         problem=spec.id, name=spec.name, size=sized["size"], overrides=overrides, precision=options.precision,
         verdict=result.verdict.value,
-        flags=[f.check for f in result.flags], message=result.message,
+        flags=[f.check for f in result.flags], flag_details=flag_details(result.flags), message=result.message,
         speedup_vs_eager=result.speedup_vs_eager, forward_s=sized.get("forward_s"),
         sizing_s=sizing_s, eval_s=time.monotonic() - t1, job_dir=result.job_dir,
         gpu=(gpu_env or {}).get("CUDA_VISIBLE_DEVICES"),
