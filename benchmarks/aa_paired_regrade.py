@@ -5,17 +5,18 @@
     python benchmarks/aa_paired_regrade.py --per-row 0.03 REPORT.json   # each row: spreads, rounds for +-3%
 
 Reads timing_fidelity.py's JSON, or a selfcheck report (`harness selfcheck --json`: rows with their windows). The
-rule that ranks is the ratio of two medians: eager's median time a call over the candidate's, each over its own
-windows (grading._speedup), marked where either kind's windows spread over 10% (grading.SPREAD_LIMIT). The paired
-rule takes each round's own ratio (eager's window and the candidate's of that round: the same seeds, moments apart,
-each net of the median empty window and the candidate's with its charge) and the median over rounds, marked where
-those ratios spread over 10%. Where the noise is the host's and common to both windows of a round, the paired rule
-cancels it; where each process runs at a speed of its own, it does not.
+rule that ranks is the paired one (windows.paired_ratio): each round's own ratio (eager's window and the
+candidate's of that round: the same seeds, moments apart, each net of the median empty window and the candidate's
+with its charge), the median over rounds, marked where the ratios' logs spread over 10% (grading.SPREAD_LIMIT).
+Beside it, the rule that ranked before: the ratio of two medians, each kind's over its own windows, marked where
+either kind's windows spread over 10%. Reports made before paired speedups are re-graded by both from their
+windows. Where the noise is the host's and common to both windows of a round, the paired rule cancels it; where
+each process runs at a speed of its own, it does not.
 
 `--per-row AIM` prints each run instead: each kind's spread and the paired ratios' (of the times a call), the rounds
-that each rule needs for its ratio to be known to +-AIM (95%, by the harness's formula: Student's t times 0.929 times
-the spread over the square root of the rounds, the ranking rule's spread the two kinds' in quadrature), and both
-ratios, the ratio of medians here taken over the times a call as re-graded.
+that each rule needs for its ratio to be known to +-AIM (95%, by the harness's formula, windows.halfwidth; the
+former rule's spread the two kinds' in quadrature), and both ratios, the ratio of medians here taken over the times
+a call as re-graded.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.evaluation import windows
 
 SPREAD_LIMIT = 0.10
 NEAR = 0.05
@@ -63,45 +69,38 @@ def rows(path: Path) -> list[dict]:
     for problem, cand, eager in _runs(json.loads(path.read_text())):
         if not cand or not eager or not cand.get("windows_ms"):
             continue
-        ratios = [e / c for c, e in zip(_per_call(cand), _per_call(eager), strict=True) if c > 0]
-        if not ratios or cand["median_ms"] <= 0:  # a time lost in the empty windows' noise: no ratio to grade
+        if cand["median_ms"] <= 0:  # a time lost in the empty windows' noise: no ratio to grade
             continue
-        paired = statistics.median(ratios)
+        paired, logs_spread = windows.paired_ratio(_per_call(eager), _per_call(cand))
         out.append({"problem": problem, "medians": eager["median_ms"] / cand["median_ms"],
                     "medians_marked": max(cand["spread"], eager["spread"]) > SPREAD_LIMIT,
-                    "paired": paired, "paired_marked": _spread(ratios) > SPREAD_LIMIT})
+                    "paired": paired, "paired_marked": logs_spread > SPREAD_LIMIT})
     return out
 
 
-def _t95(df: int) -> float:
-    """Student's t, two-sided 95%, by its series about the normal's (as windows.ratio_halfwidth takes it)."""
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
-
-
 def rounds_for(spread: float, aim: float, most: int = 100_000) -> int:
-    """The fewest rounds n at which t95(n - 1) * 0.929 * spread / sqrt(n) is within `aim`."""
+    """The fewest rounds n at which a median of this spread is known to `aim` (windows.halfwidth)."""
     n = 2
-    while n < most and _t95(n - 1) * 0.929 * spread / math.sqrt(n) > aim:
+    while n < most and windows.halfwidth(spread, n) > aim:
         n += 1
     return n
 
 
 def per_row(path: Path, aim: float) -> None:
-    print(f"| {path.name} | rounds | spread C / E | paired | rounds for {aim:.0%}: paired / ranking | "
+    print(f"| {path.name} | rounds | spread C / E | paired | rounds for {aim:.0%}: paired / medians | "
           "ratio of medians | paired median |")
     print("|---|---|---|---|---|---|---|")
     for problem, cand, eager in _runs(json.loads(path.read_text())):
         if not cand or not eager or not cand.get("windows_ms"):
             continue
         c, e = _per_call(cand), _per_call(eager)
-        ratios = [y / x for x, y in zip(c, e, strict=True) if x > 0]
-        if not ratios or statistics.median(c) <= 0:
+        if statistics.median(c) <= 0:
             continue
-        sc, se, sp = _spread(c), _spread(e), _spread(ratios)
-        print(f"| {problem} | {len(ratios)} | {sc:.1%} / {se:.1%} | {sp:.1%} | {rounds_for(sp, aim)} / "
+        paired, sp = windows.paired_ratio(e, c)
+        sc, se = _spread(c), _spread(e)
+        print(f"| {problem} | {len(c)} | {sc:.1%} / {se:.1%} | {sp:.1%} | {rounds_for(sp, aim)} / "
               f"{rounds_for(math.hypot(sc, se), aim)} | {statistics.median(e) / statistics.median(c):.3f}x | "
-              f"{statistics.median(ratios):.3f}x |")
+              f"{paired:.3f}x |")
 
 
 def main() -> int:

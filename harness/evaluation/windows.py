@@ -154,9 +154,14 @@ def paired_halfwidth(base: list[float], candidate: list[float], n: int) -> float
     for n - 1 degrees of freedom stands in for the normal's 1.96. Without both, 6 rounds of normal noise held the
     true ratio 90% of the time, not 95% (tests/evaluation/test_windows.py). 12 rounds of a 5% spread leave +-3.0%; 6
     of 0.5%, +-0.5%."""
-    _, s = paired_ratio(base, candidate)
+    return halfwidth(paired_ratio(base, candidate)[1], n)
+
+
+def halfwidth(spread_: float, n: int) -> float:
+    """What a median of `n` rounds of this relative spread (interquartile range) is known to (95%): the factor
+    `paired_halfwidth` says."""
     n = max(n, 1)
-    return _t95(max(n - 1, 1)) * 0.929 * (1 + 0.8 / n) * s / math.sqrt(n)
+    return _t95(max(n - 1, 1)) * 0.929 * (1 + 0.8 / n) * spread_ / math.sqrt(n)
 
 
 def _t95(df: int) -> float:

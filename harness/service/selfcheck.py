@@ -122,15 +122,15 @@ CLOCK_FIELDS = ("median_ms", "device_median_ms", "inputs_median_ms", "overhead_m
                 "calls_per_window", "n", "paired_speedup", "paired_spread")
 
 
+FLAG_DETAIL_CHARS = 600
+
+
 def flag_details(flags: list[Any]) -> dict[str, str]:
     """Each flag's check and what it says (those of one check joined), each at most FLAG_DETAIL_CHARS."""
     out: dict[str, list[str]] = {}
     for f in flags:
         out.setdefault(f.check, []).append(f.detail)
     return {check: "; ".join(details)[:FLAG_DETAIL_CHARS] for check, details in out.items()}
-
-
-FLAG_DETAIL_CHARS = 600
 
 
 def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
