@@ -67,6 +67,16 @@ class Settings(BaseSettings):
                     "and shares them through the window segment; each window follows an untimed lead-in "
                     "(window_lead_in_ms). Off: each process makes its inputs inside its windows.",
     )
+    eager_process_cuda: str = Field(
+        default="own", pattern="^(own|trusted)$",
+        description="Where eager's windows run on CUDA: 'own', a process of their own started as the candidate's is "
+                    "(the reference as a submission: the same child, jail, pauses and wakes; rounds.TimedRounds), "
+                    "where the memory plan leaves room for it; 'trusted', the trusted process that judges.",
+    )
+    eager_process_cpu: str = Field(
+        default="trusted", pattern="^(own|trusted)$",
+        description="Where eager's windows run on the CPU: 'own' or 'trusted' (eager_process_cuda).",
+    )
     window_lead_in_ms: float = Field(
         default=10.0, ge=0,
         description="Untimed calls of about this long in the same process right before each timed window, where the "

@@ -366,6 +366,11 @@ class Observations(BaseModel):
     # Whether every process of the candidate's was held to that core (its cpuset), both sides' torch on one thread:
     # the CPU's one-core timing (rounds.RoundsPlan.held).
     timing_core_held: bool = False
+    # Where eager's windows and the empty window ran (eager_process.py): "own", a process of eager's own started as the
+    # candidate's is; "trusted", the trusted process; None where nothing was timed. Beside "trusted", why not its own
+    # where the settings asked for it (no room on the device, staged windows).
+    eager_process: Literal["own", "trusted"] | None = None
+    eager_process_note: str | None = None
     # The core kept busy through the timed rounds (busy_core.py), where one was; None where none was.
     busy_core: int | None = None
     # What the candidate's speedup over each baseline, paired by round, was known to when the timed rounds ended (95%,

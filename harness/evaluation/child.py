@@ -42,6 +42,7 @@ from harness.evaluation.protocol import (
     LoadParameters,
     Pin,
     RunTrial,
+    Scales,
     Trace,
     Window,
 )
@@ -309,8 +310,9 @@ class _Session:
         elif cmd.trace:
             self.chan.send("launched", error="CUPTI was not subscribed when this process started")
         try:
-            seen = timing.run_window(self.model, self.problem, cmd.seeds, cmd.forward_seeds, self.device,
-                                     self.flush if cmd.flush_l2 else None, keep=self.kept,
+            seen = timing.run_window(timing.empty_call if cmd.empty else self.model, self.problem, cmd.seeds,
+                                     cmd.forward_seeds, self.device, self.flush if cmd.flush_l2 else None,
+                                     keep=None if cmd.empty else self.kept,
                                      inputs=self.window_inputs if cmd.staged else None)
         finally:
             if traced is not None:
@@ -340,6 +342,9 @@ class _Session:
     def fingerprint(self, cmd: Fingerprint) -> dict[str, Any]:
         return {"sums": timing.fingerprints(self.kept, cmd.key, self.device)}
 
+    def scales(self, cmd: Scales) -> dict[str, Any]:
+        return {"scales": timing.fingerprint_scales(self.kept, cmd.atol, cmd.rtol)}
+
     def handover(self, cmd: Handover) -> dict[str, Any]:
         seg = self.segments["handover"]
         slot = seg.nbytes // max(len(cmd.picks), 1)  # the segment holds as many slots as a window picks
@@ -360,7 +365,7 @@ class _Session:
 _COMMANDS: dict[str, type[CandidateCommand]] = {"construct": Construct, "parameters": LoadParameters,
                                                 "trial": RunTrial, "window": Window, "fingerprint": Fingerprint,
                                                 "handover": Handover, "trace": Trace, "lead_in": LeadIn,
-                                                "pin": Pin}
+                                                "pin": Pin, "scales": Scales}
 
 
 def run(req: CandidateRequest, chan: Channel, link: exchange.FdLink | None = None) -> None:

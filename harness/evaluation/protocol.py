@@ -232,6 +232,9 @@ class Window(CandidateCommand):
     staged: bool = False
     # Trace this window's launches: each kernel first launched in it is reported as it happens ('launched').
     trace: bool = False
+    # The calls made to nothing (timing.empty_call): the empty window, where eager's windows run in a process of
+    # their own (the reference's, never the candidate's).
+    empty: bool = False
 
 
 class LeadIn(CandidateCommand):
@@ -262,6 +265,15 @@ class Fingerprint(CandidateCommand):
     key: int
 
 
+class Scales(CandidateCommand):
+    """Each tensor of every output the last window kept, its fingerprint's scale of an error within the tolerance
+    (timing.fingerprint_scales): asked only of eager's own process, whose outputs are the reference's."""
+
+    cmd: Literal["scales"] = "scales"
+    atol: float
+    rtol: float
+
+
 class Handover(CandidateCommand):
     """Pack the outputs of the last window's calls `picks`, as kept, one to a slot of the 'handover' segment."""
 
@@ -280,7 +292,7 @@ class Trace(CandidateCommand):
 
 REPLIES = {"import": "imported", "construct": "constructed", "parameters": "parameters_loaded", "trial": "trial_done",
            "window": "window_done", "fingerprint": "fingerprinted", "handover": "handed_over", "trace": "traced",
-           "lead_in": "led_in", "pin": "pinned"}
+           "lead_in": "led_in", "pin": "pinned", "scales": "scaled"}
 
 
 # What the parent reads from the candidate's replies, typed: a reply that does not fit is the candidate's protocol

@@ -28,6 +28,7 @@ from typing import Any
 
 from harness import grading
 from harness.evaluation import busy_core, gpu_sharing, windows
+from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
     CheckHandoverCommand,
@@ -40,6 +41,7 @@ from harness.evaluation.protocol import (
     LeadInCommand,
     Pin,
     ReferenceWindowCommand,
+    Scales,
     StageWindowCommand,
     Window,
 )
@@ -106,8 +108,10 @@ class TimedRounds:
                  phase: Callable[[str], None], draw: random.Random | None = None,
                  gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes,
                  relay: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda fields: [],
-                 idle_processes: Callable[[], list[int]] = lambda: []):
+                 idle_processes: Callable[[], list[int]] = lambda: [], eager: EagerProcess | None = None):
         self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
+        # Eager's own process (eager_process.py), which runs eager's windows and the empty one; None: the trusted one.
+        self.eager = eager
         self.deadline, self.seeds, self.phase = deadline, seeds, phase
         self.relay = relay  # passes the segments a trusted reply names on to the candidate (their specs)
         self.idle_processes = idle_processes  # the harness's own processes that run nothing now (gpu_sharing.sharing)
@@ -147,6 +151,8 @@ class TimedRounds:
         threads = None
         if self.plan.held:  # every process of the candidate's held to the core, then both sides on one thread
             self.obs.timing_core_held = self.candidate.keep_to([core])
+            if self.eager is not None:
+                self.obs.timing_core_held &= self.eager.keep_to([core])
             if self.obs.timing_core_held:
                 threads = 1
             else:
@@ -156,6 +162,10 @@ class TimedRounds:
                 "candidate": self.candidate.request(Pin(cores=[core], threads=threads), self.deadline(1, 0),
                                                     Phase.timing).fields.get("cores")}
         self.candidate.pause()
+        if self.eager is not None:
+            said["eager process"] = self.eager.request(Pin(cores=[core], threads=threads), self.deadline(1, 0)
+                                                       ).fields.get("cores")
+            self.eager.pause()
         refused += [f"the {side}'s window thread may run on {repr(cores)[:200]}" for side, cores in said.items()
                     if cores != [core]]  # the candidate's words: hostile data, shown bounded
         self.obs.timing_core = core
@@ -291,8 +301,12 @@ class TimedRounds:
                     continue
                 ms, said = timed
                 if kind == "eager" and fingerprinted:
-                    reference = self._reference_fingerprint(key, figures)
+                    reference = self._reference_fingerprint(key, figures) if self.eager is None else \
+                        self._eager_fingerprint(key, window_limit, figures)
                     phase("fingerprints")
+                elif self.eager is not None and kind in ("eager", "empty"):
+                    self.eager.pause()  # as the candidate is after its turn (`_eager_fingerprint` pauses it too)
+                    phase("pauses")
             walls[kind].append(ms)
             seen[kind].append(said)
         if r >= 0:
@@ -390,6 +404,23 @@ class TimedRounds:
         check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
         return list(done["sums"]), list(done["scales"])
 
+    def _eager_fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> tuple[Fingerprints,
+                                                                                                Fingerprints]:
+        """Eager's own process fingerprints its window's outputs under `key` as the candidate does, and gives their
+        scales: what it took on the parent's clock, less the host's round trip right after it (credited as the
+        candidate's is), is what an honest fingerprint costs."""
+        tol = self.plan.tolerance
+        assert self.eager is not None and check.handover_slack_ms is not None
+        reply = self.eager.request(Fingerprint(key=key), limit_s)
+        wall_ms = (reply.received_at - self.eager.sent_at) * 1e3
+        scales = self.eager.request(Scales(atol=tol.atol, rtol=tol.rtol), limit_s).fields["scales"]
+        self.eager.pause()
+        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
+        credit = grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms
+        check.reference_fingerprint_ms.append(round(wall_ms, 4))
+        check.reference_fingerprint_own_ms.append(round(max(wall_ms - min(latency_ms, credit), 0.0), 4))
+        return list(reply.fields["sums"]), list(scales)
+
     def wait_idle(self) -> dict[str, Any] | None:
         """On CUDA, around a reference window: the trusted side waits out GPU work of another process's (what the
         candidate, paused since its turn, left running), off the window's clock; how long is observed and returned,
@@ -416,8 +447,8 @@ class TimedRounds:
     def _shared_gpu(self) -> bool:
         """Whether processes other than the trusted side's and the candidate's compute on the evaluation's GPU now,
         or whether that cannot be told; what was seen goes into `obs`."""
-        seen = gpu_sharing.ask(self.gpu_processes, self.trusted.processes(), self.candidate.processes(),
-                               self.idle_processes())
+        own = self.trusted.processes() + (self.eager.processes() if self.eager is not None else [])
+        seen = gpu_sharing.ask(self.gpu_processes, own, self.candidate.processes(), self.idle_processes())
         self.obs.gpu_sharers = sorted({*self.obs.gpu_sharers, *seen.others})[:32]
         self.obs.gpu_unattributed = self.obs.gpu_unattributed or seen.unknown
         return seen.shared
@@ -431,6 +462,17 @@ class TimedRounds:
         is marked shared_gpu, not ranked)."""
         command = ReferenceWindowCommand(kind=kind, seeds=seeds, forward_seeds=forward_seeds,
                                          keep_outputs=keep_outputs, staged=staged).model_dump(mode="json")
+        eager = self.eager if kind in ("eager", "empty") else None
+
+        def timed_call() -> tuple[float, dict[str, Any]]:
+            if eager is None:
+                return self.trusted.timed_call(command, "window_done")
+            # Woken, off the clock, as the candidate is before its window (`_wake_candidate`), then its window.
+            limit_s = self.deadline(len(seeds), 0)
+            eager.request(LeadIn(calls=0), self.deadline(1, 0))
+            reply = eager.request(Window(seeds=seeds, forward_seeds=forward_seeds, empty=kind == "empty"), limit_s)
+            return (reply.received_at - eager.sent_at) * 1e3, reply.fields
+
         window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
         candidates = 0  # tries the candidate disturbed
         for attempt in range(DISTURBED_TRIES):
@@ -440,7 +482,7 @@ class TimedRounds:
                     self._stage(seeds)
             mark = self.candidate.cpu_mark()
             try:
-                timed = self.trusted.timed_call(command, "window_done")
+                timed = timed_call()
             except TrustedFailed as e:
                 if kind != "compile":
                     raise

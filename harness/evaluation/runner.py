@@ -31,7 +31,8 @@ from pydantic import ValidationError
 
 from harness import artifacts, grading, static_checks
 from harness.config import Settings, get_settings
-from harness.evaluation import busy_core, exchange_probe, gpu_sharing, starts, windows
+from harness.evaluation import busy_core, eager_process, exchange_probe, gpu_sharing, starts, windows
+from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.options import EvalOptions
 from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_inputs
@@ -208,6 +209,8 @@ class _Evaluation:
         self.provenance: Provenance | None = None
         self.phases = _Phases(obs)
         self.candidate: Candidate | None = None
+        self.eager: EagerProcess | None = None  # eager's own process (eager_process.py), where one was started
+        self.eager_commands: tuple[Construct, LoadParameters] | None = None  # what it builds its model with
         self.trusted: Trusted | None = None
         self.warm: WarmTrusted | None = None  # the trusted process as its pool keeps it, where there is a pool
         self.keep_trusted = True  # False once the trusted side failed: it serves no other evaluation
@@ -229,6 +232,7 @@ class _Evaluation:
     def open(self, work: Path):
         """The scratch layout; on the way out, whatever happened, no child or build lock outlives the evaluation."""
         self.trusted_home, self.cand_home, self.exchange = starts.scratch_layout(work)
+        self.eager_home = work / "eager"  # made where eager's own process starts (`_start_eager`)
         try:
             yield self
         except BaseException:
@@ -238,6 +242,8 @@ class _Evaluation:
             if self.candidate is not None:
                 self.candidate.finish()
                 self.phases.end("candidate_exit")
+            if self.eager is not None:
+                self.eager.finish()
             self._end_trusted()
             self.phases.end("teardown")
 
@@ -340,6 +346,7 @@ class _Evaluation:
         ).model_dump(mode="json"))
         if self.candidate is None:
             self.candidate = self._start_candidate(self.provenance)
+        self._start_eager(device)
         if device == "cuda":
             self.candidate.device_memory = self._device_memory
             self.obs.memory_reserve_bytes = self.settings.device_memory_reserve_mb << 20
@@ -347,13 +354,33 @@ class _Evaluation:
         written = self.trusted.wait("init_args_written", final=False).fields
         self.obs.reference_parameter_bytes = int(written["parameter_bytes"])
         self.init_arg_count = int(written["init_arg_count"])
-        self.init_args = written["init_args"], self._relay(written)
+        self.init_args = written["init_args"], self._relay(written, eager=True)
         self.phases.end("reference_init")
+
+    def _start_eager(self, device: str) -> None:
+        """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
+        timed; it imports and constructs beside the candidate. Said in the observations either way."""
+        mode = self.settings.eager_process_cuda if device == "cuda" else self.settings.eager_process_cpu
+        if not self.options.timing or mode != "own":
+            return
+        if self._windows_staged(device):
+            self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
+            return
+        assert self.provenance is not None
+        try:
+            overrides = _size_overrides(self.spec, self.size, self.settings)
+        except (SizingFailed, OSError, KeyError) as e:  # the sizes its source would name: eager stays where it was
+            self.obs.eager_process_note = f"the sizes for eager's own source are not known: {e}"[:2000]
+            return
+        self.eager_home.mkdir(mode=0o700, exist_ok=True)
+        self.eager = starts.start_eager(self.spec, self.options, self.settings, self.provenance, self._load(self.size),
+                                        self.exchange, self.eager_home, self.job, overrides)
 
     def _device_memory(self) -> GpuMemoryAtFailure:
         """The evaluation's GPU's memory now, whose it is (read when the candidate runs out of device memory)."""
         assert self.trusted is not None and self.candidate is not None
-        return gpu_sharing.memory_at_failure(self.gpu_memory, self.trusted.processes(), self.candidate.processes())
+        own = self.trusted.processes() + (self.eager.processes() if self.eager is not None else [])
+        return gpu_sharing.memory_at_failure(self.gpu_memory, own, self.candidate.processes())
 
     def trusted_out_of_memory(self, error: str) -> None:
         """Where the trusted side ran out of device memory beside a candidate, the GPU's memory now, whose it is: the
@@ -455,20 +482,24 @@ class _Evaluation:
         """The candidate constructs its model while the trusted side draws the reference's parameters and writes them;
         then it takes them."""
         assert self.candidate is not None and self.trusted is not None
-        layout, segments = self.init_args
-        self.candidate.request(Construct(param_seed=self.param_seed, init_args=layout, segments=segments),
+        layout, init_segments = self.init_args
+        self.candidate.request(Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
                                self.run_limit, Phase.compile)
         self.candidate.release_build.close()  # constructed: nothing more is built
         self.phases.end("candidate_construct")
         if self.options.built is not None:
             self.options.built()
         written = self.trusted.wait("parameters_written", final=False).fields
-        segments = self._relay(written)
+        segments = self._relay(written, eager=True)
         self.phases.end("reference_parameters")
         reply = self.candidate.request(LoadParameters(state_dict=written["state_dict"], segments=segments),
                                        self.run_limit, Phase.compile)
         self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
         self.phases.end("candidate_parameters")
+        # Eager's own process builds the same model with the same parameters once the candidate is judged
+        # (`_eager_for_rounds`): its import goes on beside the candidate's trials and the judge meanwhile.
+        self.eager_commands = (Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
+                               LoadParameters(state_dict=written["state_dict"], segments=segments))
 
     def run_trials(self) -> None:
         """One trial at a time (then trial 0's inputs again): the trusted side stages its inputs, the candidate runs
@@ -536,12 +567,34 @@ class _Evaluation:
             # Rounds asked for by number (options.windows) run every one.
             least_rounds=None if self.options.windows else self.settings.timing_windows_least,
             known_to=0.0 if self.options.windows else self.settings.timing_known_to)
-        self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs,
+        eager = self._eager_for_rounds()
+        self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs, eager=eager,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,
                                   phase=self.phases.end, relay=self._relay,
                                   idle_processes=self._idle_processes)
         return self.rounds
+
+    def _eager_for_rounds(self) -> EagerProcess | None:
+        """Eager's own process for the timed rounds where one was started and the memory plan leaves room for it
+        (eager_process.fits), imported and built now; else it ends here and the trusted process times eager."""
+        if self.eager is None:
+            self.obs.eager_process = "trusted"
+            return None
+        if not eager_process.fits(self.obs.memory_plan):
+            self.eager.finish()
+            self.eager, self.obs.eager_process, self.obs.eager_process_note = None, "trusted", eager_process.NO_ROOM
+            return None
+        self.eager.imported(self.options.compile_timeout_s or self.spec.compile_timeout_s,
+                            self.settings.import_idle_timeout_s)
+        self.phases.end("eager_import")
+        assert self.eager_commands is not None
+        for command in self.eager_commands:  # the model the candidate's was: built, then given the same parameters
+            self.eager.request(command, self.run_limit, Phase.compile)
+        self.eager.pause()
+        self.phases.end("eager_construct")
+        self.obs.eager_process = "own"
+        return self.eager
 
     def speed_of_light(self, prepared: dict[str, Any]) -> None:
         """On CUDA, the GPU's measured peaks beside the problem's FLOP and byte counts: the floor no time may beat."""
@@ -583,23 +636,26 @@ class _Evaluation:
         assert self.candidate is not None
         self.candidate.stop()
         self.candidate.finish()
+        if self.eager is not None:
+            self.eager.finish()
         self.phases.end("candidate_exit")
 
     # --- helpers -------------------------------------------------------------------------------------------
 
-    def _relay(self, fields: dict[str, Any]) -> list[dict[str, Any]]:
+    def _relay(self, fields: dict[str, Any], eager: bool = False) -> list[dict[str, Any]]:
         """The exchange's segments a trusted message names (`segments`): their descriptors, sent by the trusted side
         just before it, passed on to the candidate's process, which takes them with the command that names them (the
-        specs returned). Nothing is kept here: the parent never maps trial data."""
+        specs returned); with `eager`, to eager's own process too (the init arguments and the parameters, which it
+        takes with the same commands). Nothing is kept here: the parent never maps trial data."""
         assert self.trusted is not None and self.candidate is not None
         specs = list(fields.get("segments") or [])
         if not specs:  # an empty message would be taken for the next command's descriptors
             return []
         fds = self.trusted.proc.receive_fds(len(specs))
         try:
-            self.candidate.proc.send_fds(fds)
-        except ChildExited:
-            pass  # its end is gone: the command that names them says how it ended
+            for child in [self.candidate.proc] + ([self.eager.proc.proc] if eager and self.eager is not None else []):
+                with contextlib.suppress(ChildExited):  # its end is gone: the command naming them says how it ended
+                    child.send_fds(fds)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -4,6 +4,7 @@ of it into a slot's pool (warm.py), and what each was started for (its key). No 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import shutil
@@ -12,7 +13,8 @@ from typing import Any
 
 from harness import artifacts, kernels
 from harness.config import Settings
-from harness.evaluation import windows
+from harness.evaluation import eager_process, windows
+from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import Candidate, Trusted
 from harness.evaluation.options import EvalOptions
 from harness.evaluation.prebuild import build_env, sealed_when_built
@@ -164,7 +166,7 @@ def traces_kernels(device: str, source: str, options: EvalOptions) -> bool:
 
 def start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
                      load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations,
-                     wait_for_build: bool = True) -> Candidate:
+                     wait_for_build: bool = True, log_name: str = "candidate.log") -> Candidate:
     """The candidate's process, started under its build dir's lock (its build dir is keyed by the target). It imports
     torch, then waits for the parent's `Import` (`Candidate.begin_import`). With `wait_for_build` False, a build dir
     another process holds is BlockingIOError at once."""
@@ -181,7 +183,7 @@ def start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settin
         # Sealed when the lock goes: once ModelNew is constructed (nothing more is built), or at the process's end.
         build_lock.enter_context(sealed_when_built(builds, settings))
         proc = ChildProcess("harness.evaluation.child", ["--request", str(request_path)], cwd=home,
-                            env=scrubbed_env(env, home), log_path=job / "candidate.log",
+                            env=scrubbed_env(env, home), log_path=job / log_name,
                             kill_grace_s=settings.kill_grace_s,
                             jail=limits.jail(settings, untrusted=True, writable=[home, builds],
                                              readable=[exchange], visible=[spec.source_path]), fd_socket=True)
@@ -189,3 +191,14 @@ def start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settin
         build_lock.close()
         raise
     return Candidate(proc, obs, builds, build_lock, settings.kill_grace_s, source)
+
+
+def start_eager(spec: ProblemSpec, options: EvalOptions, settings: Settings, target: Provenance, load: ProblemLoad,
+                exchange: Path, home: Path, job: Path, overrides: dict[str, Any]) -> EagerProcess:
+    """Eager's own process (eager_process.py), started as the candidate's is, untraced, with observations of its own;
+    it imports at once."""
+    source = eager_process.eager_source(spec.source(), overrides)
+    proc = start_candidate(spec, source, dataclasses.replace(options, kernel_trace=False), settings, target, load,
+                           exchange, home, job, Observations(), log_name="eager.log")
+    proc.begin_import()
+    return EagerProcess(proc)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from harness.config import Settings
 from harness.evaluation import reduced_size
+from harness.evaluation.eager_process import aa_submission
 from harness.evaluation.prebuild import probe_device
 from harness.evaluation.runner import EvalOptions, evaluate
 from harness.evaluation.starts import prestart, prestart_trusted
@@ -96,6 +97,7 @@ class SelfcheckRow(BaseModel):
     # (benchmarks/aa_paired_regrade.py) once the GPU that ran it is gone.
     windows: dict[str, dict[str, list[float]]] = Field(default_factory=dict)
     known_to: float | None = None
+    eager_process: str | None = None  # where eager's windows ran: "own" or "trusted" (eager_process.py)
 
 
 class SelfcheckReport(BaseModel):
@@ -151,15 +153,6 @@ def windows_of(observations: Any) -> dict[str, dict[str, list[float]]]:
         if timing is not None:
             out[kind] = {"windows_ms": list(timing.windows_ms), "charged_ms": list(timing.charged_ms)}
     return out
-
-
-def aa_submission(source: str, overrides: dict[str, Any]) -> str:
-    """The reference as a submission: the file unchanged, then the sizes it runs at (a reference that reads
-    a module constant in `Model` sees the same values the problem's inputs were made with), then `ModelNew`
-    as a subclass that adds nothing (a rename would break `super(Model, self)` calls)."""
-    sized = "".join(f"{name} = {value!r}\n" for name, value in overrides.items())
-    header = "\n\n# A/A self-check: the sizes this evaluation runs at\n" if sized else "\n\n"
-    return f"{source.rstrip()}{header}{sized}\n\nclass ModelNew(Model):\n    pass\n"
 
 
 def select(specs: Iterable[ProblemSpec], sample: list[str] | None) -> list[ProblemSpec]:
@@ -276,6 +269,7 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         phases={k: round(v, 3) for k, v in result.observations.phases.items()},
         clocks=clocks_of(result.observations), windows=windows_of(result.observations),
         known_to=getattr(result.observations, "timing_known_to", None),
+        eager_process=getattr(result.observations, "eager_process", None),
     )
 
 

@@ -1,7 +1,7 @@
 """`harness bench throughput`: one batch of distinct submissions, evaluated serially, pipelined and warm.
 
 The submissions are variants of the reference solutions (load_inline builds) or, for a named problem without one (any
-KernelBench problem, from `--problems-dir`), of the A/A copy of its own reference (`selfcheck.aa_submission`: pure
+KernelBench problem, from `--problems-dir`), of the A/A copy of its own reference (`eager_process.aa_submission`: pure
 PyTorch, nothing to build), each made distinct by a comment of its own.
 
 Every mode runs the service's own worker (`service.worker.Worker`) on one slot, over the same sources:

@@ -1,0 +1,119 @@
+"""Eager's windows in a process of their own (harness/evaluation/eager_process.py), on the CPU at the small sizes: the
+honest submission passes as with the trusted process timing eager, the timed-window cheats are still caught against
+it, a plan without room keeps eager in the trusted process, and its failures are the harness's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.evaluation import eager_process
+from harness.evaluation.eager_process import EagerProcess
+from harness.evaluation.handles import CandidateStopped, TrustedFailed
+from harness.evaluation.protocol import Window
+from harness.evaluation.runner import EvalOptions, evaluate
+from harness.schema import ChildError, ChildExit, MemoryPlan, Observations
+from harness.verdicts import Phase, Verdict
+
+from ..conftest import SUBMISSIONS
+from .corpus import CORPUS
+from .test_corpus import _check, _plan, _twin_passes
+
+# The corpus entries that cheat in the timed windows or against the pause, where eager's windows run elsewhere now.
+TIMED = ["forged fingerprints", "constant with the right sums once timed",
+         "half a window computed, the rest when asked", "SIGCONT timer lifting the pause"]
+ENTRIES = [e for e in CORPUS if e.name in TIMED]
+assert len(ENTRIES) == len(TIMED), {e.name for e in ENTRIES} ^ set(TIMED)
+
+
+@pytest.fixture(scope="module")
+def own(settings):
+    return settings.model_copy(update={"eager_process_cpu": "own"})
+
+
+def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window_fingerprinted(own, settings,
+                                                                                               registry):
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), own)
+    assert r.verdict == Verdict.passed, r.message
+    o = r.observations
+    assert o.eager_process == "own" and o.eager_process_note is None
+    assert "eager_import" in o.phases and "eager_construct" in o.phases
+    assert o.eager_timing is not None and o.candidate_timing is not None
+    assert o.eager_timing.n == o.candidate_timing.n and o.eager_timing.paired_speedup is not None
+    check = o.timed_outputs
+    assert check is not None and check.fingerprinted and not check.fingerprint_mismatches
+    assert len(check.reference_fingerprint_own_ms) == len(check.fingerprint_ms) == o.candidate_timing.n
+    job = r.job_dir
+    assert job is not None and (Path(job) / "eager.log").exists()
+    # The default on the CPU: the trusted process times eager, and says so.
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), settings)
+    assert r.verdict == Verdict.passed and r.observations.eager_process == "trusted", r.message
+
+
+def test_untimed_evaluations_start_no_process_for_eager(own, registry):
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small", timing=False), own)
+    assert r.verdict == Verdict.passed, r.message
+    assert r.observations.eager_process is None and "eager_import" not in r.observations.phases
+
+
+@pytest.mark.parametrize("e", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_timed_window_cheats_are_caught_against_eagers_own_process(own, e):
+    spec, text, options = _plan(e.problem, e.fixture, e.problems_dir)
+    r = evaluate(spec, text, EvalOptions(device="cpu", **options), own)
+    assert r.observations.eager_process == "own" or r.verdict.value != "passed", r.observations.eager_process
+    _check(e, r)
+
+
+@pytest.mark.parametrize("path", sorted({e.twin for e in ENTRIES}))
+def test_their_honest_twins_pass_against_eagers_own_process(own, path):
+    e = next(x for x in ENTRIES if x.twin == path)
+    spec, text, options = _plan(e.problem, path, e.problems_dir)
+    r = evaluate(spec, text, EvalOptions(device="cpu", **options), own)
+    assert r.observations.eager_process == "own"
+    _twin_passes(r, path)
+
+
+def _plan_of(budget: int | None, needs: int, windows: int, reserve: int) -> MemoryPlan:
+    return MemoryPlan(fits=True, message="", budget_bytes=budget, needs_bytes=needs, reserve_bytes=reserve,
+                      phases_bytes={"candidate_windows": windows})
+
+
+def test_eagers_own_process_needs_room_for_a_second_window_share_and_a_reserve():
+    assert eager_process.fits(None) and eager_process.fits(_plan_of(None, 10 << 30, 1 << 30, 1 << 30))
+    assert eager_process.fits(_plan_of(12 << 30, 10 << 30, 1 << 30, 1 << 30))
+    assert not eager_process.fits(_plan_of(12 << 30 - 1, 10 << 30, 1 << 30, 1 << 30))
+
+
+def test_no_room_on_the_device_keeps_eager_in_the_trusted_process_and_says_why(own, registry, monkeypatch):
+    monkeypatch.setattr(eager_process, "fits", lambda plan: False)
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), own)
+    assert r.verdict == Verdict.passed, r.message
+    assert r.observations.eager_process == "trusted" and r.observations.eager_process_note == eager_process.NO_ROOM
+
+
+class _Stopping:
+    """A candidate handle whose process said an error and ended."""
+
+    def __init__(self):
+        self.obs = Observations(candidate_error=ChildError(phase="timing", exc_type="RuntimeError",
+                                                           message="CUDA error: an illegal memory access"))
+        self.exit = ChildExit(phase=Phase.timing)
+        self.sent_at = 0.0
+
+    def request(self, *args, **kwargs):
+        raise CandidateStopped
+
+    def await_imported(self, *args):
+        raise CandidateStopped
+
+
+def test_a_failure_of_eagers_own_process_is_the_harnesss_with_what_it_said():
+    eager = EagerProcess(_Stopping())  # type: ignore[arg-type]
+    with pytest.raises(TrustedFailed, match="eager's own process failed at 'window': RuntimeError: CUDA error"):
+        eager.request(Window(seeds=[1], forward_seeds=[2]), 1.0)
+    with pytest.raises(TrustedFailed, match="at 'import'"):
+        eager.imported(1.0, 1.0)
