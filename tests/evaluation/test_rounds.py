@@ -694,3 +694,85 @@ def test_a_candidate_that_answers_the_pin_with_anything_is_said_bounded_and_time
     refused = rounds.obs.timing_core_refused or ""
     assert refused.startswith("the candidate's window thread may run on ['xxx") and len(refused) < 300
     assert rounds.obs.candidate_timing is not None
+
+
+class FakeEager(FakeCandidate):
+    """Eager's own process (eager_process.EagerProcess over a candidate's handle): the candidate's fake, whose empty
+    windows call nothing and which gives its outputs' scales; its commands named 'eager' in the shared events."""
+
+    def __init__(self, outputs: Path, call_ms: float = 10.0):
+        super().__init__(outputs, call_ms=call_ms)
+        self.obs = Observations()
+
+    def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
+        if command.cmd == "scales":
+            self.events.append("eager scales")
+            return Message("scaled", {"scales": [[1.0]] * len(self.last_seeds)}, self.sent_at + 0.0001)
+        events, self.events = self.events, []
+        try:
+            if command.cmd == "window" and command.empty:
+                self.last_seeds = list(command.seeds)
+                events.append("eager window (empty)")
+                return Message("window_done", {"host_ms": 1.0}, self.sent_at + 1.0 / 1e3)
+            msg = super().request(command, limit_s, phase, clock_from_resume)
+            events += [e.replace("candidate", "eager") for e in self.events]
+            return msg
+        finally:
+            self.events = events
+
+    def pause(self) -> None:
+        self.pauses += 1
+        self.events.append("eager paused")
+
+    def processes(self) -> list[int]:
+        return [EAGER_PID]
+
+
+EAGER_PID = 4000
+
+
+def test_eager_and_empty_windows_run_in_eagers_own_process_and_its_fingerprints_are_the_reference(tmp_path):
+    """With eager's own process, eager's and the empty windows are its (none of the trusted side's), torch.compile's
+    stays the trusted side's, eager's fingerprints and scales judge the candidate's, an honest fingerprint costs what
+    eager's own took (nothing is charged to the honest candidate), and before every window of either child the
+    trusted side probes the GPU, then the child is woken: the same steps for both. Its process is held and pinned as
+    the candidate's, its GPU work is the harness's own (no shared_gpu), and it is paused after each turn."""
+    from harness.evaluation.eager_process import EagerProcess
+
+    trusted = FakeTrusted(call_ms=10.0)
+    candidate, eager = FakeCandidate(tmp_path / "c", call_ms=5.0), FakeEager(tmp_path / "e", call_ms=10.0)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, device="cuda", idle_wait_s=10.0, core=3,
+                        kinds=("candidate", "eager", "empty", "compile"),
+                        gpu_processes=lambda: [[TRUSTED_PID, *CANDIDATE_PIDS, EAGER_PID]])
+    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
+    eager.events = trusted.events
+    rounds.run()
+    obs = rounds.obs
+    assert "eager" not in trusted.commands and "empty" not in trusted.commands and "compile" in trusted.commands
+    assert "fingerprint" not in trusted.commands  # eager's own process fingerprints its outputs
+    assert obs.eager_timing is not None and obs.eager_timing.median_ms == pytest.approx(10.0)
+    assert obs.candidate_timing is not None and obs.candidate_timing.median_ms == pytest.approx(5.0)
+    assert obs.compile_timing is not None and obs.compile_timing.paired_speedup is not None
+    check = obs.timed_outputs
+    assert check is not None and check.fingerprinted == 5 * 10 and not check.fingerprint_mismatches
+    assert check.reference_fingerprint_own_ms == [pytest.approx(0.6)] * 5 and set(obs.candidate_timing.charged_ms) \
+        == {0.0}
+    events = trusted.events
+    for i, e in enumerate(events):
+        if e in ("candidate lead_in", "eager lead_in"):
+            assert events[i - 1] == "trusted wait_idle", events[i - 3:i + 1]
+    assert eager.threads and eager.held == [] and "eager pin" in events
+    assert not obs.gpu_sharers and not obs.gpu_shared_waits_ms
+    assert eager.pauses >= 2 * 7
+
+
+def test_a_forged_fingerprint_is_caught_against_eagers_own_process(tmp_path):
+    from harness.evaluation.eager_process import EagerProcess
+
+    trusted = FakeTrusted(call_ms=10.0)
+    candidate, eager = FakeCandidate(tmp_path / "c", off_by=50.0), FakeEager(tmp_path / "e", call_ms=10.0)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, device="cuda")
+    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
+    rounds.run()
+    check = rounds.obs.timed_outputs
+    assert check is not None and len(check.fingerprint_mismatches) == 5 * 10
