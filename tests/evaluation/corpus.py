@@ -74,7 +74,7 @@ CORPUS: tuple[Exploit, ...] = (
             "call) is paid there, whatever a bound would have allowed; static pre-check",
             A + "lazy_half_window_honest.py", least_call_ms=3.2),
     Exploit("forged fingerprints", A + "forged_fingerprints.py", "flagged", "timed_outputs",
-            "the trusted side fingerprints eager's outputs of the same seeds under the same key; a number off by "
+            "eager's process fingerprints eager's outputs of the same seeds under the same key; a number off by "
             "more than an error within the tolerance is a wrong output", HONEST),
     Exploit("fake result on the result channel", A + "fake_result_channel.py", "flagged", "protocol",
             "the parent takes only the reply its command names, with the command's nonce", HONEST),
