@@ -47,7 +47,7 @@ from harness.evaluation.protocol import (
     TakeCommand,
     Trace,
 )
-from harness.evaluation.reduced_size import SMALL, SizingFailed, small_variant
+from harness.evaluation.reduced_size import SizingFailed
 from harness.evaluation.rounds import RoundsPlan, TimedRounds
 from harness.evaluation.warm import SpareCandidate, WarmTrusted
 from harness.problems.spec import ProblemSpec
@@ -135,7 +135,7 @@ def evaluate(spec: ProblemSpec, text: str, options: EvalOptions | None = None,
         size = "n/a"
     elif provenance is not None:
         with contextlib.suppress(SizingFailed, OSError, KeyError):  # the evaluation's error says why none was
-            overrides = _size_overrides(spec, size, settings)
+            overrides = starts.size_overrides(spec, size, settings)
 
     g = grading.grade(obs, tolerance)
     if provenance is not None:
@@ -288,6 +288,7 @@ class _Evaluation:
         self.warm = pool.take(key) if pool is not None else None
         if self.spare is not None:  # started ahead for this evaluation, with its target: it imports now
             self.candidate, self.spare.candidate.obs = self.spare.candidate, self.obs
+            self.eager = self.spare.eager  # and eager's own process, where one was started beside it
             self.obs.candidate_ahead = True
             self.candidate.begin_import()
         if self.warm is not None and self.warm.probed:
@@ -360,19 +361,17 @@ class _Evaluation:
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
         timed; it imports and constructs beside the candidate. Said in the observations either way."""
-        mode = self.settings.eager_process_cuda if device == "cuda" else self.settings.eager_process_cpu
-        if not self.options.timing or mode != "own":
-            return
+        if self.eager is not None or not starts.eager_wanted(self.options, self.settings, device):
+            return  # started ahead beside the candidate (starts.prestart), or not asked for
         if self._windows_staged(device):
             self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
             return
         assert self.provenance is not None
         try:
-            overrides = _size_overrides(self.spec, self.size, self.settings)
+            overrides = starts.size_overrides(self.spec, self.size, self.settings)
         except (SizingFailed, OSError, KeyError) as e:  # the sizes its source would name: eager stays where it was
             self.obs.eager_process_note = f"the sizes for eager's own source are not known: {e}"[:2000]
             return
-        self.eager_home.mkdir(mode=0o700, exist_ok=True)
         self.eager = starts.start_eager(self.spec, self.options, self.settings, self.provenance, self._load(self.size),
                                         self.exchange, self.eager_home, self.job, overrides)
 
@@ -712,13 +711,6 @@ def command_deadline(floor_s: float, calls: int, call_ms: float, write_bytes: in
     write the outputs it saves at a slow disk's rate, above a floor, under the problem's run limit."""
     need = _HEADROOM * calls * call_ms / 1e3 + write_bytes / _SLOW_WRITE_BYTES_PER_S
     return min(run_limit_s, max(floor_s, need))
-
-
-def _size_overrides(spec: ProblemSpec, size: str, settings: Settings) -> dict[str, Any]:
-    """The module constants a size used set: what a result records of it."""
-    if size == SMALL:
-        return small_variant(spec, settings).overrides
-    return spec.sizes[size].overrides if size in spec.sizes else {}
 
 
 def _target_changes(target: Provenance, probed: Provenance) -> str:

@@ -19,7 +19,7 @@ from harness.evaluation.handles import Candidate, Trusted
 from harness.evaluation.options import EvalOptions
 from harness.evaluation.prebuild import build_env, sealed_when_built
 from harness.evaluation.protocol import CandidateRequest, ProblemLoad
-from harness.evaluation.reduced_size import SMALL, with_small
+from harness.evaluation.reduced_size import SMALL, small_variant, with_small
 from harness.evaluation.warm import SpareCandidate, WarmTrusted
 from harness.problems.spec import ProblemSpec
 from harness.sandbox import capabilities, limits
@@ -83,9 +83,9 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
         # Never waiting for a build dir: the process holding it may be the one this slot evaluates next (the same
         # source twice in a row), whose lock goes only when it constructs.
         size = size_for(spec, options.size, target.device)
-        candidate = start_candidate(spec, source, options, settings, target,
-                                     problem_load(with_size(spec, size, settings), size, options.precision), exchange,
-                                     cand_home,
+        sized = with_size(spec, size, settings)
+        load = problem_load(sized, size, options.precision)
+        candidate = start_candidate(spec, source, options, settings, target, load, exchange, cand_home,
                                      job, Observations(), wait_for_build=False)
     except Exception as e:  # its build dir in use, no sandbox uid free: the evaluation starts its own, as usual
         if not isinstance(e, BlockingIOError):
@@ -93,8 +93,28 @@ def prestart(spec: ProblemSpec, text: str, options: EvalOptions, settings: Setti
         artifacts.remove_scratch_dir(work)
         shutil.rmtree(job, ignore_errors=True)
         return False
-    pool.keep_spare(SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate))
+    spare = SpareCandidate(spare_key(spec, text, options), job_id, job, work, candidate)
+    if eager_wanted(options, settings, target.device):  # eager's own process too, ahead, in the same scratch dir
+        try:
+            spare.eager = start_eager(sized, options, settings, target, load, exchange, work / "eager", job,
+                                      size_overrides(sized, size, settings))
+        except Exception as e:  # the evaluation starts its own, as usual
+            log.warning("eager's process could not start ahead: %s: %s", type(e).__name__, e)
+    pool.keep_spare(spare)
     return True
+
+
+def eager_wanted(options: EvalOptions, settings: Settings, device: str) -> bool:
+    """Whether the settings ask for eager's own process on `device` (eager_process.py), for a timed evaluation."""
+    mode = settings.eager_process_cuda if device == "cuda" else settings.eager_process_cpu
+    return options.timing and mode == "own"
+
+
+def size_overrides(spec: ProblemSpec, size: str, settings: Settings) -> dict[str, Any]:
+    """The module constants a size used set: what a result records of it, and what eager's own source names."""
+    if size == SMALL:
+        return small_variant(spec, settings).overrides
+    return spec.sizes[size].overrides if size in spec.sizes else {}
 
 
 def trusted_key(spec: ProblemSpec, options: EvalOptions, settings: Settings) -> tuple[Any, ...]:
@@ -198,6 +218,7 @@ def start_eager(spec: ProblemSpec, options: EvalOptions, settings: Settings, tar
     """Eager's own process (eager_process.py), started as the candidate's is, untraced, with observations of its own;
     it imports at once."""
     source = eager_process.eager_source(spec.source(), overrides)
+    home.mkdir(mode=0o700, exist_ok=True)
     proc = start_candidate(spec, source, dataclasses.replace(options, kernel_trace=False), settings, target, load,
                            exchange, home, job, Observations(), log_name="eager.log")
     proc.begin_import()

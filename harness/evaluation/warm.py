@@ -38,6 +38,7 @@ from typing import Any
 
 from harness import artifacts
 from harness.config import Settings
+from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import Candidate, Trusted, TrustedFailed
 from harness.sandbox.process import ChildExited
 
@@ -89,14 +90,17 @@ class SpareCandidate:
     key: tuple[Any, ...]  # what its request and confinement were made from (starts.spare_key)
     job_id: str
     job: Path
-    work: Path  # its evaluation's scratch dir (trusted/, candidate/, exchange/ inside)
+    work: Path  # its evaluation's scratch dir (trusted/, candidate/, exchange/ inside; eager/ where it has one)
     candidate: Candidate
+    eager: EagerProcess | None = None  # eager's own process, started beside it (starts.prestart)
 
     def close(self, keep_job: bool = False) -> None:
         """Its evaluation will not run (or stops before its candidate does anything): end the process, and remove
         what was made for it (its job dir too, unless the evaluation writes its result there)."""
         self.candidate.stop()
         self.candidate.finish()
+        if self.eager is not None:
+            self.eager.finish()
         artifacts.remove_scratch_dir(self.work)
         if not keep_job:
             shutil.rmtree(self.job, ignore_errors=True)

@@ -103,6 +103,7 @@ class _FakeTrusted:
 
 def _prepare_on_cuda(registry, settings, tmp_path) -> tuple[dict, Observations]:
     obs = Observations()
+    settings = settings.model_copy(update={"eager_process_cuda": "trusted"})  # the prepare alone: no process started
     ev = _Evaluation(registry.get("level2/75"), "", EvalOptions(device="cuda", size="small"), settings,
                      Tolerance(atol=1e-4, rtol=1e-4), obs, tmp_path)
     ev.cand_home, ev.job = tmp_path / "candidate", tmp_path

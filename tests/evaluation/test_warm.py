@@ -219,3 +219,34 @@ def test_a_trusted_process_started_ahead_serves_its_evaluation_as_a_cold_one_wou
     finally:
         pool.close()
     assert unused.trusted.proc.proc.poll() is not None and not pool.ahead
+
+
+def test_eagers_own_process_starts_ahead_beside_the_candidate_and_serves_its_evaluation(registry, settings):
+    """Where eager runs in a process of its own, a candidate started ahead has one started beside it, in the same
+    scratch dir: its evaluation takes both (no wait for eager's import there), and a spare no evaluation takes ends
+    both."""
+    from harness.evaluation.prebuild import probe_device
+    from harness.evaluation.starts import prestart
+    from harness.evaluation.warm import TrustedPool
+
+    own = settings.model_copy(update={"eager_process_cpu": "own"})
+    pool = TrustedPool(own)
+    target = probe_device("cpu", own)
+    spec = registry.get("level2/30")
+    text = (SUBMISSIONS / "l30_pytorch_correct.py").read_text()
+    options = EvalOptions(device="cpu", size="small", target=target, trusted_pool=pool)
+    try:
+        assert prestart(spec, text, options, own)
+        (spare,) = pool.spares
+        assert spare.eager is not None and spare.eager.proc.proc.proc.poll() is None
+        eager = spare.eager
+        time.sleep(4)  # torch imported by both
+        r = evaluate(spec, text, options, own)
+        assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+        assert r.observations.eager_process == "own" and r.observations.phases["eager_import"] < 1.0
+        assert eager.proc.ended and (spare.job / "eager.log").exists()
+        assert prestart(spec, text, options, own)
+        (unused,) = pool.spares
+    finally:
+        pool.close()
+    assert unused.eager is not None and unused.eager.proc.ended and not unused.work.exists()
