@@ -360,12 +360,18 @@ class _Evaluation:
 
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
-        timed; it imports and constructs beside the candidate. Said in the observations either way."""
-        if self.eager is not None or not starts.eager_wanted(self.options, self.settings, device):
-            return  # started ahead beside the candidate (starts.prestart), or not asked for
+        timed and unstaged; it imports beside the candidate (and builds its model after the judge). Said in the
+        observations either way."""
+        if not starts.eager_wanted(self.options, self.settings, device):
+            return
         if self._windows_staged(device):
+            if self.eager is not None:  # started ahead beside the candidate: not for staged windows
+                self.eager.finish()
+                self.eager = None
             self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
             return
+        if self.eager is not None:
+            return  # started ahead beside the candidate (starts.prestart)
         assert self.provenance is not None
         try:
             overrides = starts.size_overrides(self.spec, self.size, self.settings)
