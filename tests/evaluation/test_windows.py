@@ -239,17 +239,21 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 def test_a_process_with_the_timing_env_takes_no_page_faults_window_after_window():
     """glibc's default thresholds handed a window's freed blocks back to the kernel and faulted them in again in the
-    next window (48,064 minor faults over these 50 windows on the 2-core VM); kept, 0-162."""
-    plain = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    next window (48,064 minor faults over these 50 windows on the 2-core VM); kept, 0-162. Whether the default trims
+    hangs on where the heap's top lands (one CI run saw 96 faults), so the kept env is held to a bound of its own: under
+    1% of the pages the windows allocate."""
+    plain = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
 
     def faults(env: dict[str, str]) -> int:
         out = subprocess.run([sys.executable, "-c", FAULT_PROBE], env={**plain, **env}, capture_output=True,
                              text=True, timeout=120, check=True)
         return int(out.stdout.strip())
 
+    pages = 50 * 20 * 6 * (128 * 256 * 4) // 4096  # 50 windows of 20 inputs and 5 outputs each, in 4 KiB pages
     default, kept = faults({}), faults(windows.HOST_ALLOCATOR_ENV)
-    assert default > 5000  # the probe does show the default's faults
-    assert kept * 20 < default  # a few stray ones (162 once under pytest), not a window's worth each time
+    assert kept < pages // 100, (kept, default)  # a few stray ones, not a window's worth each time
+    if default >= pages // 100:  # where the default does trim between windows, the env is what keeps the blocks
+        assert kept * 20 < default
 
 
 SPIN_PROBE = """
