@@ -92,6 +92,13 @@ class Segment:
                 return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
         return os.dup(self.fd)
 
+    def freeze(self) -> None:
+        """Written once and for all (a `written_once` host segment): sealed against writes by anyone, through any
+        descriptor, before any goes out. A read-only descriptor does not do that by itself: a process with the
+        same uid can open the memfd again through /proc/self/fd with write access, and the parameters one process
+        took would then be what another process of the evaluation (eager's own) takes later."""
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+
     # The trusted side's way in and out: through the descriptor, never a mapping of the candidate's memory.
     def write(self, offset: int, data: torch.Tensor) -> None:
         flat = _bytes_of(data)
@@ -141,8 +148,9 @@ class Segment:
         return torch.frombuffer(m, dtype=torch.uint8, count=nbytes, offset=offset)
 
 
-def create(nbytes: int, device: str, writable: bool = True) -> Segment:
-    """A segment of the trusted side's, `nbytes` long, its size sealed."""
+def create(nbytes: int, device: str, writable: bool = True, written_once: bool = False) -> Segment:
+    """A segment of the trusted side's, `nbytes` long, its size sealed. `written_once` (a host segment the candidate
+    only reads, written once, as the parameters are): its seals stay open until `freeze` adds the last."""
     if device == "cuda":
         from harness.evaluation import cuda_vmm
 
@@ -152,7 +160,8 @@ def create(nbytes: int, device: str, writable: bool = True) -> Segment:
     try:
         os.ftruncate(fd, nbytes)
         # Nobody, the candidate included, can change its size now: a mapping of it never faults past its end.
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        last = 0 if written_once else fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | last)
         os.fchmod(fd, 0o600)  # another uid cannot open it again through /proc with more rights than it was given
     except BaseException:
         os.close(fd)

@@ -207,9 +207,10 @@ class Trusted:
         return [seg.spec(name) for name, seg in segments.items()]
 
     def _packed(self, name: str, obj: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """`obj` packed into a segment of its own, shared: its layout and the segment's spec."""
-        seg = exchange.create(exchange.packed_bytes(obj), "cpu", writable=False)
+        """`obj` packed into a segment of its own, sealed against writes, shared: its layout and the segment's spec."""
+        seg = exchange.create(exchange.packed_bytes(obj), "cpu", writable=False, written_once=True)
         layout = exchange.pack(obj, seg)
+        seg.freeze()
         return layout, self.share({name: seg})
 
     def prepare(self, cmd: PrepareCommand) -> dict[str, Any]:

@@ -3,6 +3,7 @@ layout is hostile data, checked before a byte is read, and the bytes are copied 
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import pytest
@@ -168,4 +169,39 @@ def test_a_read_only_segment_handed_to_the_candidate_cannot_be_written_through_i
     view = mine.view(0, 16)
     view.fill_(7)  # a private, copy-on-write mapping: the writer's alone
     assert exchange.Segment(seg.fd, 4096, "cpu").read(0, 16, torch.device("cpu")).sum() == 0
+    seg.close()
+
+
+def test_the_parameters_segment_cannot_be_written_again_through_proc_by_a_process_of_the_same_uid():
+    """A read-only descriptor is no seal: the same uid opens the memfd again through /proc/self/fd with write access
+    (0600 keeps other uids out, not its own). The parameters go to the candidate first and to eager's own process
+    after the judge, so a candidate that rewrote them would time eager on a model of its choosing. Frozen once
+    written: no descriptor writes them, and a shared writable mapping is refused; the honest read still works."""
+    trusted = Trusted()
+    state = {"linear.weight": torch.arange(32.0).reshape(4, 8), "linear.bias": torch.ones(4)}
+    layout, specs = trusted._packed("parameters", state)
+    seg = trusted.segments["parameters"]
+    fd = seg.shared_fd()
+    again = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)  # what a candidate of the trusted side's uid can do
+    try:
+        with pytest.raises(PermissionError):
+            os.pwrite(again, b"\xff" * 64, 0)
+        with pytest.raises(PermissionError):
+            mmap.mmap(again, seg.nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        taken = exchange.unpack(layout, exchange.attach(specs[0], os.dup(fd)), torch.device("cpu"))  # its side
+        assert all(torch.equal(taken[k], v) for k, v in state.items())
+    finally:
+        os.close(fd)
+        os.close(again)
+        seg.close()
+
+
+def test_the_inputs_segment_is_rewritten_each_trial_and_so_left_unfrozen():
+    """The twin: a segment the trusted side writes again (each trial's inputs) keeps its write access for the trusted
+    side; nothing reads it back but the candidate (the judge keeps its own inputs)."""
+    seg = exchange.create(4096, "cpu", writable=False)
+    exchange.pack(torch.ones(8), seg)
+    exchange.pack(torch.zeros(8), seg)
+    assert exchange.take(exchange.pack(torch.zeros(8), seg, write=False), seg, 1,
+                         torch.device("cpu")).sum() == 0
     seg.close()
