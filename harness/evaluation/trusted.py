@@ -30,6 +30,7 @@ from harness.evaluation import (
     compare,
     exchange,
     exchange_probe,
+    judge,
     memory_plan,
     parameters,
     problem_module,
@@ -89,7 +90,7 @@ def probe(device_name: str) -> dict[str, Any]:
 
 # Expected outputs and float64 ground truths kept in the device's memory from the prepare to the judge, at most.
 KEEP_BYTES = 8 << 30
-# How the outputs that compute nothing compare (`Trusted._trivial`) depends on the reference alone: it is judged
+# How the outputs that compute nothing compare (`judge.trivial_outputs`) depends on the reference alone: it is judged
 # after the prepare's reply, while the candidate runs its trials, for trials whose expected outputs are kept and
 # at most this large (the comparisons' float64 temporaries then stay small beside the candidate's on the device).
 TRIVIAL_AHEAD_BYTES = 64 << 20
@@ -456,7 +457,8 @@ class Trusted:
             first, self.first_output = self.first_output, None
             if self._first_on_host():
                 first = problem_module.to_device(first, self.device)
-            self.determinism = self._determinism(first, got, self.taken.get(0, {}))
+            self.determinism = judge.determinism(first, got, self.taken.get(0, {}), self.device,
+                                                  self._compare_slice())
             clock.lap("determinism")
             return {"seconds": clock.seconds}
         exp, gt = (self.expected[i], self.ground_truth[i]) if not self.recompute[i] else (None, None)
@@ -517,7 +519,7 @@ class Trusted:
         """An output of the candidate's, copied out of `seg` as its layout says, or the judge's figures saying why
         there is none (each a fault of the submission's, never the judge's)."""
         if layout is None:
-            return {"structure_error": "the candidate saved no output for this call"}
+            return {"structure_error": judge.NO_OUTPUT}
         try:
             return exchange.take(layout, seg, tensors, self.device)
         except untrusted.UntrustedFile as e:
@@ -533,7 +535,7 @@ class Trusted:
         found = copy.deepcopy(self.trivial_found) if ahead else {}
         judged_ahead = self.trivial_judged[1] if ahead and self.trivial_judged is not None else set()
         model64 = self._model64() if any(self.recompute) and not self._lazy_truth() else None
-        missing = {"structure_error": "the candidate saved no output for this call"}
+        missing = {"structure_error": judge.NO_OUTPUT}
         for i, dist in enumerate(self.distributions):
             trials.append({"trial": i, **self.taken.get(i, missing)})  # judged as each was taken
             if dist == "get_inputs" and i not in judged_ahead:  # the problem's own inputs decide what the
@@ -574,111 +576,15 @@ class Trusted:
             problem_module.manual_seed(forward_seed, self.device)
             return exp, tensors.compact(self._truth(model64, on_device))
 
-    def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: JudgeCommand) -> None:
-        """How outputs that compute nothing compare with the reference's on a trial: all zeros, one constant (the
-        output's mean), each row's mean; the worst over the trials is kept in `found`. Where one passes at a
-        tolerance, passing proves nothing there."""
-        exps = tensors.as_list(exp) or []
-        gts = (tensors.as_list(gt) or []) if gt is not None else [None] * len(exps)
-        for k, (e, g) in enumerate(zip(exps, gts, strict=True)):
-            if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel()):
-                continue
-            # Made one at a time (at a problem's own size each is gigabytes on the device beside the candidate's);
-            # the constant ones are one number seen at every element, made whole a slice at a time by the comparison.
-            trivial: list[tuple[str, Any]] = [
-                ("zeros", lambda e=e: torch.zeros((), dtype=e.dtype, device=e.device).expand_as(e))]
-            # The output's mean, and each row's, stand for the output only where it varies: a single number (a
-            # loss) is its own mean, an output constant along its rows (a last dimension of 1, a broadcast) its
-            # own row mean, and computing that is the work.
-            if bool(e.amax() != e.amin()):
-                trivial.append(("constant", lambda e=e: torch.full((), float(e.mean()), dtype=e.dtype,
-                                                                   device=e.device).expand_as(e)))
-            if e.dim() and bool((e.amax(dim=-1) != e.amin(dim=-1)).any()):
-                trivial.append(("row mean", lambda e=e: e.mean(dim=-1, keepdim=True).expand_as(e)))
-            for kind, make in trivial:
-                fig = self._compare(k, make(), e, g, cmd)
-                worst = found.setdefault(kind, {}).get(k)
-                if worst is None or (fig.get("max_rel_err") or 0.0) > (worst.get("max_rel_err") or 0.0):
-                    found[kind][k] = fig
-
     def _judge_got(self, got: Any, exp: Any, gt: Any, cmd: Judging) -> dict[str, Any]:
-        """The candidate's output (a copy `_take` made) against the reference's. Whatever it holds, the answer is
-        figures: what could not be read as an output (`file_error`) or is not made of plain dense tensors
-        (`structure_error`) is the submission's, never a failure of the judge's."""
-        exp_list = tensors.as_list(exp)
-        assert exp_list is not None
-        if isinstance(got, dict):  # `_take`'s figures: there is no output to compare
-            return got
-        gt_list = tensors.as_list(gt) if gt is not None else [None] * len(exp_list)
-        got_list = tensors.as_list(got)
-        assert gt_list is not None
-        if isinstance(exp, torch.Tensor) and not isinstance(got, torch.Tensor):
-            return {"structure_error": f"expected a Tensor, got {tensors.describe(got)}"}
-        if not isinstance(exp, torch.Tensor) and (got_list is None or isinstance(got, torch.Tensor)):
-            return {"structure_error": f"expected {tensors.describe(exp)} tensors, got {tensors.describe(got)}"}
-        assert got_list is not None
-        if len(got_list) != len(exp_list):
-            return {"structure_error": f"expected {len(exp_list)} outputs, got {len(got_list)}"}
-        outputs = []
-        for k, (g, e, t) in enumerate(zip(got_list, exp_list, gt_list, strict=True)):
-            try:
-                outputs.append(self._compare(k, g, e, t, cmd))
-            except torch.OutOfMemoryError:
-                raise  # the judge's memory: the output's size is the reference's, checked before
-            except Exception as err:  # a tensor that passed every check and still cannot be compared
-                return {"structure_error": f"output {k} cannot be compared with the reference's "
-                                           f"({type(err).__name__}: {untrusted.shown(str(err))})"}
-        return {"outputs": outputs}
+        """The candidate's output (a copy `_take` made) against the reference's: figures, whatever it holds."""
+        return judge.output(got, exp, gt, self.device, cmd.atol, cmd.rtol, self._compare_slice())
 
-    def _compare(self, index: int, got: Any, exp: torch.Tensor, gt: torch.Tensor | None, cmd: Judging) -> dict:
-        fig: dict[str, Any] = {
-            "index": index, "got_type": type(got).__name__, "expected_shape": list(exp.shape),
-            "expected_dtype": str(tensors.expected_dtype(exp)).removeprefix("torch."),
-        }
-        if type(got) is not torch.Tensor:
-            return fig
-        fig.update(got_shape=list(got.shape), got_dtype=str(got.dtype).removeprefix("torch."),
-                   got_device=self.device.type)
-        if got.shape != exp.shape or got.dtype != tensors.expected_dtype(exp):
-            return fig
-        fig.update(compare.figures(got, exp, gt if isinstance(gt, torch.Tensor) else None, self.device,
-                                   cmd.atol, cmd.rtol, self._compare_slice()))
-        return fig
+    def _trivial(self, found: dict[str, dict[int, dict[str, Any]]], exp: Any, gt: Any, cmd: Judging) -> None:
+        judge.trivial_outputs(found, exp, gt, self.device, cmd.atol, cmd.rtol, self._compare_slice())
 
     def _compare_slice(self) -> int:
         return self.plan.compare_slice if self.plan is not None else compare.COMPARE_SLICE
-
-    def _determinism(self, first: Any, second: Any, trial0: dict[str, Any]) -> dict[str, Any] | None:
-        """Trial 0's output against the determinism re-run's on the same inputs (both copies `_take` made). Only where
-        trial 0's output has the reference's structure, shapes and dtypes (`trial0`, its figures): else the trial
-        fails already, and the re-run's tensors are held to those shapes, so no layout can make this comparison
-        larger than the judge's."""
-        shapes = [(o.get("expected_shape"), o.get("expected_dtype")) for o in trial0.get("outputs", [])]
-        if not shapes or first is None or isinstance(first, dict) or any(
-                (o.get("got_shape"), o.get("got_dtype")) != want for o, want in zip(trial0["outputs"], shapes,
-                                                                                      strict=True)):
-            return None
-        if isinstance(second, dict) and second.get("structure_error") == "the candidate saved no output for this call":
-            return None
-        la, lb = tensors.as_list(first), tensors.as_list(second) if not isinstance(second, dict) else None
-        if la is None or lb is None or len(la) != len(shapes) or len(lb) != len(shapes) or not all(
-            type(x) is torch.Tensor and type(y) is torch.Tensor and list(x.shape) == list(y.shape) == shape
-            and x.dtype == y.dtype and not x.is_meta and not y.is_meta
-            and str(x.dtype).removeprefix("torch.") == dtype
-            for x, y, (shape, dtype) in zip(la, lb, shapes, strict=True)
-        ):
-            return {"bitwise_equal": False, "max_rel_diff": None}  # the re-run's output is not one
-        equal = all(torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.nan_to_num(), y.nan_to_num()))
-                    for x, y in zip(la, lb, strict=True))
-        worst = torch.zeros((), dtype=torch.float64, device=self.device)  # read once: a wait per slice is not
-        for x, y in zip(la, lb, strict=True):
-            fx, fy = x.reshape(-1), y.reshape(-1)
-            step = self._compare_slice()  # on the device, a slice at a time (compare.figures)
-            for start in range(0, fx.numel(), step):
-                xd = fx[start:start + step].to(self.device).to(torch.float64)
-                yd = fy[start:start + step].to(self.device).to(torch.float64)
-                worst = torch.maximum(worst, ((xd - yd).abs() / (1 + yd.abs())).nan_to_num(nan=float("inf")).max())
-        return {"bitwise_equal": equal, "max_rel_diff": float(worst)}
 
     def check_handover(self, cmd: CheckHandoverCommand) -> dict[str, Any]:
         """The handed-over outputs against the reference on the same seeds, element by element; with `defer`, only

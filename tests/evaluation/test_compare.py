@@ -236,8 +236,8 @@ def test_a_single_number_gives_the_reference_figures(value):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 @pytest.mark.parametrize("value", [0.0, 0.37, NAN])
 def test_one_number_broadcast_over_the_output_gives_the_figures_of_it_made_whole(dtype, value):
-    """The trivial outputs (Trusted._trivial) are one number expanded to the output's shape, its memory one element:
-    the figures are those of the same output made whole, and the reference's."""
+    """The trivial outputs (judge.trivial_outputs) are one number expanded to the output's shape, its memory one
+    element: the figures are those of the same output made whole, and the reference's."""
     _, exp, gt = _outputs(701, seed=4, dtype=dtype)
     exp, gt = exp.reshape(1, 701), gt.reshape(1, 701)
     broadcast = torch.full((), value, dtype=dtype).expand_as(exp)
