@@ -219,6 +219,9 @@ class Settings(BaseSettings):
     child_disk_files: int = Field(default=100_000, ge=0, description="Files and dirs a child may make in its home "
                                   "and build dir (an empty file takes an inode, which child_disk_mb does not bound); "
                                   "the parent kills it beyond; 0: no limit.")
+    child_log_mb: int = Field(default=256, ge=0, description="What a candidate's process may write to its log (its "
+                              "stdout and stderr, which the harness writes to its own disk on its behalf); the parent "
+                              "kills it beyond; 0: no limit.")
     min_free_disk_mb: int = Field(default=1024, ge=0, description="A worker evaluates nothing while the data or "
                                   "scratch disk has less free space (infra_error, retried).")
 

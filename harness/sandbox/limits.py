@@ -195,6 +195,12 @@ class Jail:
     def disk_limit_files(self) -> int | None:
         return self.settings.child_disk_files or None
 
+    @property
+    def log_limit_bytes(self) -> int | None:
+        """A submission's log is written to the harness's disk, outside its dirs and its share of them: bounded on
+        its own (the harness's own processes are not)."""
+        return self.settings.child_log_mb * 2**20 if self.untrusted and self.settings.child_log_mb else None
+
     def processes(self) -> list[int]:
         """Every process the child runs now, one that left its process group too: its cgroups' (one file each),
         else its sandbox uid's (`pids_of_uid`: the Uid line of each status file; a /proc entry's owner would not

@@ -84,6 +84,7 @@ class ChildProcess:
         # Its share of disk: the settings' own, plus what the harness asks it to keep (`allow_disk`).
         self.disk_limit = jail.disk_limit_bytes if jail is not None else None
         self.file_limit = jail.disk_limit_files if jail is not None else None  # files and dirs: inodes
+        self.log_limit = jail.log_limit_bytes if jail is not None else None
         if jail is not None:
             jail.setup()  # SandboxError: the harness's failure
         read_fd, write_fd = os.pipe()
@@ -140,7 +141,8 @@ class ChildProcess:
         self.paused = False
         self._pause: pause.CgroupFreeze | pause.PtraceStop | None = None
         self._watch_stop = threading.Event()
-        if jail is not None and (self.disk_limit or self.file_limit) and jail.writable:
+        if self._watched():
+            assert jail is not None
             threading.Thread(target=self._watch_disk, args=(jail.writable,), daemon=True, name="disk-watch").start()
 
     def pause(self) -> None:
@@ -211,8 +213,13 @@ class ChildProcess:
 
     disk_watch_interval_s = 0.5  # between the watcher's counts of the child's disk
 
+    def _watched(self) -> bool:
+        """Whether the child has a share of disk to keep to: of its log, or of its dirs."""
+        return self.jail is not None and bool(self.log_limit or ((self.disk_limit or self.file_limit)
+                                                                 and self.jail.writable))
+
     def _watch_disk(self, paths: list[Path]) -> None:
-        """Disk has no rlimit: the parent measures the child's dirs and kills it past its share."""
+        """Disk has no rlimit: the parent measures the child's dirs and its log, and kills it past its share."""
         while not self._watch_stop.wait(self.disk_watch_interval_s) and self.proc.poll() is None:
             excess = self._disk_excess(paths)
             if excess:
@@ -225,7 +232,8 @@ class ChildProcess:
         """Count its disk once more, the process ended (or stopped): a child can go over its share and be done
         before the watcher's next count. What it is over by, else None; the log says it as the watcher's kill
         does, since the verdict's evidence is that line."""
-        if (self.disk_limit or self.file_limit) and self.jail is not None and self.jail.writable:
+        if self._watched():
+            assert self.jail is not None
             excess = self._disk_excess(self.jail.writable)
             if excess:
                 self.note(f"\n[harness] counted at its end: {excess}\n")
@@ -233,7 +241,13 @@ class ChildProcess:
         return None
 
     def _disk_excess(self, paths: list[Path]) -> str | None:
-        """What the child's dirs are over its share by, in bytes or in files and dirs (inodes), else None."""
+        """What the child's dirs are over its share by, in bytes or in files and dirs (inodes), or its log over its
+        own, else None."""
+        logged = self.log_size()
+        if self.log_limit and logged > self.log_limit:
+            return f"log: the child wrote {logged // 2**20} MiB to its log, over its {self.log_limit // 2**20} MiB"
+        if not paths or not (self.disk_limit or self.file_limit):
+            return None
         try:
             used, entries = tree_usage(paths, most_entries=self.file_limit)
         except UncountedDir as e:  # it made a dir unreadable to the parent (one not root): count it as over

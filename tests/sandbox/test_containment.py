@@ -430,6 +430,18 @@ def test_a_child_over_its_disk_between_the_watchers_counts_is_caught_at_its_end(
     assert honest.verdict == Verdict.passed, honest.message + honest.log_excerpt
 
 
+def test_a_log_written_without_end_is_stopped_at_the_childs_share_of_log(registry, jail_settings):
+    """Its stdout goes to a log on the harness's disk, outside its dirs: only RLIMIT_FSIZE (16 GiB) bounded it, and
+    several evaluations' logs could fill the disk under the harness. Past its share of log (8 MiB here) it is killed,
+    and the verdict says why; its twin writes 2 MiB and passes."""
+    tight = jail_settings.model_copy(update={"child_log_mb": 8})
+    r = _run(registry, tight, "log_flood.py", mb=400)
+    assert r.verdict == Verdict.crashed, r.message
+    assert "for its log: the child wrote" in r.message and "over its 8 MiB" in r.message, r.message
+    assert r.job_dir is None or all(p.stat().st_size < 400 << 20 for p in Path(r.job_dir).glob("*.log"))
+    _assert_contained(_run(registry, tight, "log_flood.py", mb=2))
+
+
 def test_making_empty_files_without_end_is_stopped_at_the_childs_share_of_inodes(registry, jail_settings):
     """Empty files take inodes, not bytes: 200,000 of them are 800 MB at the 4 KiB a file the byte count charges,
     and two million fit in the default 8 GiB share. The watcher counts files and dirs too: past the child's share of
