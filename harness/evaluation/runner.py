@@ -360,15 +360,9 @@ class _Evaluation:
 
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
-        timed and unstaged; it imports beside the candidate (and builds its model after the judge). Said in the
-        observations either way."""
+        timed; it imports beside the candidate (and builds its model after the judge). Said in the observations either
+        way. With staged windows it takes its windows' inputs from the window segment as the candidate does."""
         if not starts.eager_wanted(self.options, self.settings, device):
-            return
-        if self._windows_staged(device):
-            if self.eager is not None:  # started ahead beside the candidate: not for staged windows
-                self.eager.finish()
-                self.eager = None
-            self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
             return
         if self.eager is not None:
             return  # started ahead beside the candidate (starts.prestart)
