@@ -42,10 +42,11 @@ def build_inputs(target: Provenance) -> dict[str, str | None]:
 
 
 def build_env(source: str, target: Provenance, settings: Settings, home: Path,
-              extra_env: dict[str, str]) -> tuple[Path, dict[str, str]]:
-    """The build dir for this source on this target, and the environment a build there needs."""
+              extra_env: dict[str, str], shared: bool = True) -> tuple[Path, dict[str, str]]:
+    """The build dir for this source on this target, and the environment a build there needs. `shared` False: a build
+    dir in `home`, this process's alone, whatever the settings' build cache."""
     key = artifacts.build_key(source, **build_inputs(target))
-    builds = artifacts.build_dir(settings, key) if settings.build_cache else home / "build"
+    builds = artifacts.build_dir(settings, key) if settings.build_cache and shared else home / "build"
     builds.mkdir(exist_ok=True)
     env = {"TORCH_EXTENSIONS_DIR": str(builds), "MAX_JOBS": str(max(1, (os.cpu_count() or 2)))}
     if target.compute_capability:

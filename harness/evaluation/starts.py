@@ -134,8 +134,10 @@ def start_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings, h
     proc = ChildProcess("harness.evaluation.trusted", [], cwd=home,
                         env=scrubbed_env(trusted_env(options, settings), home),
                         log_path=log_path, kill_grace_s=settings.kill_grace_s,
-                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
-                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged),
+                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too. Started
+                        # before its device is known: for whichever device stages.
+                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged_cuda
+                                         or settings.window_inputs_staged_cpu),
                         fd_socket=True)
     return Trusted(proc, settings.reference_timeout_s)
 
@@ -186,17 +188,19 @@ def traces_kernels(device: str, source: str, options: EvalOptions) -> bool:
 
 def start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settings: Settings, target: Provenance,
                      load: ProblemLoad, exchange: Path, home: Path, job: Path, obs: Observations,
-                     wait_for_build: bool = True, log_name: str = "candidate.log") -> Candidate:
+                     wait_for_build: bool = True, log_name: str = "candidate.log", shared_build: bool = True
+                     ) -> Candidate:
     """The candidate's process, started under its build dir's lock (its build dir is keyed by the target). It imports
     torch, then waits for the parent's `Import` (`Candidate.begin_import`). With `wait_for_build` False, a build dir
-    another process holds is BlockingIOError at once."""
+    another process holds is BlockingIOError at once. With `shared_build` False its build dir is its home's, shared
+    with no other process."""
     submission_path = home / "submission.py"
     submission_path.write_text(source)
     request = CandidateRequest(submission_path=submission_path, problem=load, device=target.device,
                                kernel_trace=traces_kernels(target.device, source, options))
     request_path = home / "request.json"
     request_path.write_text(request.model_dump_json())
-    builds, env = build_env(source, target, settings, home, options.extra_env)
+    builds, env = build_env(source, target, settings, home, options.extra_env, shared=shared_build)
     build_lock = contextlib.ExitStack()
     build_lock.enter_context(artifacts.exclusive_build_dir(builds, wait=wait_for_build))
     try:
@@ -216,10 +220,13 @@ def start_candidate(spec: ProblemSpec, source: str, options: EvalOptions, settin
 def start_eager(spec: ProblemSpec, options: EvalOptions, settings: Settings, target: Provenance, load: ProblemLoad,
                 exchange: Path, home: Path, job: Path, overrides: dict[str, Any]) -> EagerProcess:
     """Eager's own process (eager_process.py), started as the candidate's is, untraced, with observations of its own;
-    it imports at once."""
+    it imports at once. Its build dir is its home's: every evaluation of a problem at a size has the same eager source,
+    and a shared build dir's lock, held until the process constructs its model (after its evaluation's judge), made the
+    next evaluation's eager process, started ahead for a worker's next job, wait on the one before it, and the worker
+    with it."""
     source = eager_process.eager_source(spec.source(), overrides)
     home.mkdir(mode=0o700, exist_ok=True)
     proc = start_candidate(spec, source, dataclasses.replace(options, kernel_trace=False), settings, target, load,
-                           exchange, home, job, Observations(), log_name="eager.log")
+                           exchange, home, job, Observations(), log_name="eager.log", shared_build=False)
     proc.begin_import()
     return EagerProcess(proc)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config import Settings as settings_default
 from harness.evaluation import eager_process
 from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import CandidateStopped, TrustedFailed
@@ -29,7 +30,8 @@ assert len(ENTRIES) == len(TIMED), {e.name for e in ENTRIES} ^ set(TIMED)
 
 @pytest.fixture(scope="module")
 def own(settings):
-    return settings.model_copy(update={"eager_process_cpu": "own"})
+    """Eager's own process with windows that make their own inputs (CUDA's default)."""
+    return settings.model_copy(update={"eager_process_cpu": "own", "window_inputs_staged_cpu": False})
 
 
 def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window_fingerprinted(own, settings,
@@ -47,8 +49,9 @@ def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window
     assert len(check.reference_fingerprint_own_ms) == len(check.fingerprint_ms) == o.candidate_timing.n
     job = r.job_dir
     assert job is not None and (Path(job) / "eager.log").exists()
-    # The default on the CPU: the trusted process times eager, and says so.
-    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), settings)
+    # Eager in the trusted process, where the settings ask for it: said so.
+    trusted = settings.model_copy(update={"eager_process_cpu": "trusted"})
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), trusted)
     assert r.verdict == Verdict.passed and r.observations.eager_process == "trusted", r.message
 
 
@@ -56,7 +59,9 @@ def test_staged_windows_run_eagers_windows_in_its_own_process_on_the_inputs_stag
     """Staged, eager's own process takes its windows' inputs from the window segment as the candidate does (before,
     staging kept eager in the trusted process): the honest submission passes, every window fingerprinted, and the
     forged window's constant is caught against it."""
-    staged = own.model_copy(update={"window_inputs_staged": True})
+    staged = own.model_copy(update={"window_inputs_staged_cpu": True})  # the CPU's default
+    assert staged.windows_staged("cpu") == settings_default().windows_staged("cpu") and \
+        settings_default().eager_process_cpu == "own"
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
     assert r.verdict == Verdict.passed, r.message
