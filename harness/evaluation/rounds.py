@@ -107,20 +107,17 @@ class TimedRounds:
                  deadline: Callable[[int, int], float], seeds: random.Random,
                  phase: Callable[[str], None], draw: random.Random | None = None,
                  gpu_processes: gpu_sharing.ComputeProcesses = gpu_sharing.nvml_compute_processes,
-                 relay: Callable[[dict[str, Any], bool], list[dict[str, Any]]] = lambda fields, eager: [],
+                 relay: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda fields: [],
                  idle_processes: Callable[[], list[int]] = lambda: [], eager: EagerProcess | None = None):
         self.plan, self.trusted, self.candidate, self.obs = plan, trusted, candidate, obs
         # Eager's own process (eager_process.py), which runs eager's windows and the empty one; None: the trusted one.
         self.eager = eager
         self.deadline, self.seeds, self.phase = deadline, seeds, phase
-        # Passes the segments a trusted reply names on to the candidate's process (with `True`, to eager's own too).
-        self.relay = relay
+        self.relay = relay  # passes the segments a trusted reply names on to the candidate (their specs)
         self.idle_processes = idle_processes  # the harness's own processes that run nothing now (gpu_sharing.sharing)
         self.staged = plan.staged
         self.sent_layout: list[dict[str, Any]] | None = None  # the window segment's layout as the candidate has it
         self.segments: list[dict[str, Any]] = []  # window segments relayed, not yet named to the candidate
-        self.eager_layout: list[dict[str, Any]] | None = None  # and as eager's own process has them
-        self.eager_segments: list[dict[str, Any]] = []
         self.layout: list[dict[str, Any]] | None = None  # where the last staged window's inputs lie
         self.fill_s = 0.0  # how long the candidate last waited, paused, for its window's inputs to be written
         self.draw = draw or secrets.SystemRandom()
@@ -296,7 +293,7 @@ class TimedRounds:
                 phase("idle_waits")
                 staged = self._stage(seeds)
                 if staged:
-                    self._reference_lead_in(kind, calls)
+                    self._trusted_lead_in(kind, calls)
                     phase("lead_ins")
                 timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and fingerprinted,
                                               r=r, staged=staged)
@@ -338,10 +335,7 @@ class TimedRounds:
         if not self.staged:
             return False
         reply = self.trusted.call(StageWindowCommand(seeds=seeds).model_dump(mode="json"), "window_staged")
-        relayed = self.relay(reply, self.eager is not None)
-        self.segments += relayed
-        if self.eager is not None:
-            self.eager_segments += relayed
+        self.segments += self.relay(reply)
         if not reply["stageable"]:
             self.staged = False
             self.obs.windows_unstaged = "an input is no plain dense tensor or JSON scalar: each window made its own"
@@ -379,21 +373,10 @@ class TimedRounds:
         self.fill_s = fill_ms / 1e3
         return True
 
-    def _reference_lead_in(self, kind: str, calls: int) -> None:
-        """A reference window starts as the candidate's does. In eager's own process (its windows and the empty one):
-        its lead-in, then, paused, its window's inputs written into the window segment by the trusted side (over
-        whatever the candidate left there), continued on the window's clock: the same steps as the candidate's, in a
-        process like the candidate's. In the trusted process: its lead-in, paused for as long as the candidate last
-        waited for its inputs, continued on the window's clock (the empty window's too: what that costs is then the
-        fixed cost taken off every kind's)."""
-        if self.eager is not None and kind in ("eager", "empty"):
-            layout = None if self.layout == self.eager_layout else self.layout
-            lead = self._lead_calls(calls)
-            self.eager.request(LeadIn(calls=lead, layout=layout, segments=self.eager_segments), self.deadline(lead, 0))
-            self.eager_segments, self.eager_layout = [], self.layout
-            self.eager.pause()
-            self.trusted.timed_call(FillWindowCommand().model_dump(mode="json"), "window_filled")
-            return
+    def _trusted_lead_in(self, kind: str, calls: int) -> None:
+        """A reference window starts as the candidate's does: after its lead-in, paused for as long as the candidate
+        last waited for its inputs, continued on the window's clock (the empty window's too: what that costs is
+        then the fixed cost taken off every kind's)."""
         self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"), "led_in")
         method = self.trusted.pause()
         if method is not None:
@@ -497,14 +480,10 @@ class TimedRounds:
         def timed_call() -> tuple[float, dict[str, Any]]:
             if eager is None:
                 return self.trusted.timed_call(command, "window_done")
+            # Woken, off the clock, as the candidate is before its window (`_wake_candidate`), then its window.
             limit_s = self.deadline(len(seeds), 0)
-            if staged:  # led in and paused, its inputs written (`_reference_lead_in`): continued on the clock
-                reply = eager.request(Window(seeds=[], forward_seeds=forward_seeds, empty=kind == "empty",
-                                             staged=True), limit_s, clock_from_resume=True)
-            else:  # woken, off the clock, as the candidate is before its window (`_wake_candidate`), then its window
-                eager.request(LeadIn(calls=0), self.deadline(1, 0))
-                reply = eager.request(Window(seeds=seeds, forward_seeds=forward_seeds, empty=kind == "empty"),
-                                      limit_s)
+            eager.request(LeadIn(calls=0), self.deadline(1, 0))
+            reply = eager.request(Window(seeds=seeds, forward_seeds=forward_seeds, empty=kind == "empty"), limit_s)
             return (reply.received_at - eager.sent_at) * 1e3, reply.fields
 
         window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
@@ -514,8 +493,6 @@ class TimedRounds:
                 self.wait_idle()
                 if staged:  # as the first try had them (a reference may have written into its inputs)
                     self._stage(seeds)
-                    if eager is not None:
-                        self._reference_lead_in(kind, len(seeds))
             mark = self.candidate.cpu_mark()
             try:
                 timed = timed_call()

@@ -360,9 +360,15 @@ class _Evaluation:
 
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
-        timed; it imports beside the candidate (and builds its model after the judge). Said in the observations either
-        way. With staged windows it takes its windows' inputs from the window segment as the candidate does."""
+        timed and unstaged; it imports beside the candidate (and builds its model after the judge). Said in the
+        observations either way."""
         if not starts.eager_wanted(self.options, self.settings, device):
+            return
+        if self._windows_staged(device):
+            if self.eager is not None:  # started ahead beside the candidate: not for staged windows
+                self.eager.finish()
+                self.eager = None
+            self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
             return
         if self.eager is not None:
             return  # started ahead beside the candidate (starts.prestart)
@@ -395,10 +401,10 @@ class _Evaluation:
         return pool.idle_processes() if pool is not None else []
 
     def _windows_staged(self, device: str) -> bool:
-        """Whether the timed windows take their inputs from the window segment (Settings.windows_staged), which
+        """Whether the timed windows take their inputs from the window segment (Settings.window_inputs_staged), which
         they can only where it lives on the evaluation's device: a CUDA evaluation exchanging through host memory
         would copy them to the device inside each window."""
-        return self.settings.windows_staged(device) and self.exchange_device == device
+        return self.settings.window_inputs_staged and self.exchange_device == device
 
     def _exchange_device(self, device: str) -> str:
         """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the

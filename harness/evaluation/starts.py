@@ -134,10 +134,8 @@ def start_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings, h
     proc = ChildProcess("harness.evaluation.trusted", [], cwd=home,
                         env=scrubbed_env(trusted_env(options, settings), home),
                         log_path=log_path, kill_grace_s=settings.kill_grace_s,
-                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too. Started
-                        # before its device is known: for whichever device stages.
-                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged_cuda
-                                         or settings.window_inputs_staged_cpu),
+                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
+                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged),
                         fd_socket=True)
     return Trusted(proc, settings.reference_timeout_s)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import Settings as settings_default
 from harness.evaluation import eager_process
 from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import CandidateStopped, TrustedFailed
@@ -30,8 +29,7 @@ assert len(ENTRIES) == len(TIMED), {e.name for e in ENTRIES} ^ set(TIMED)
 
 @pytest.fixture(scope="module")
 def own(settings):
-    """Eager's own process with windows that make their own inputs (CUDA's default)."""
-    return settings.model_copy(update={"eager_process_cpu": "own", "window_inputs_staged_cpu": False})
+    return settings.model_copy(update={"eager_process_cpu": "own"})
 
 
 def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window_fingerprinted(own, settings,
@@ -49,32 +47,9 @@ def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window
     assert len(check.reference_fingerprint_own_ms) == len(check.fingerprint_ms) == o.candidate_timing.n
     job = r.job_dir
     assert job is not None and (Path(job) / "eager.log").exists()
-    # Eager in the trusted process, where the settings ask for it: said so.
-    trusted = settings.model_copy(update={"eager_process_cpu": "trusted"})
-    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), trusted)
+    # The default on the CPU: the trusted process times eager, and says so.
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), settings)
     assert r.verdict == Verdict.passed and r.observations.eager_process == "trusted", r.message
-
-
-def test_staged_windows_run_eagers_windows_in_its_own_process_on_the_inputs_staged_for_them(own, registry):
-    """Staged, eager's own process takes its windows' inputs from the window segment as the candidate does (before,
-    staging kept eager in the trusted process): the honest submission passes, every window fingerprinted, and the
-    forged window's constant is caught against it."""
-    staged = own.model_copy(update={"window_inputs_staged_cpu": True})  # the CPU's default
-    assert staged.windows_staged("cpu") == settings_default().windows_staged("cpu") and \
-        settings_default().eager_process_cpu == "own"
-    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
-    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
-    assert r.verdict == Verdict.passed, r.message
-    o = r.observations
-    assert o.eager_process == "own" and o.eager_process_note is None and o.windows_unstaged is None
-    assert "lead_ins" in o.phases
-    check = o.timed_outputs
-    assert check is not None and check.fingerprinted and not check.fingerprint_mismatches
-    e = next(x for x in ENTRIES if x.name == "constant with the right sums once timed")
-    spec, text, options = _plan(e.problem, e.fixture, e.problems_dir)
-    r = evaluate(spec, text, EvalOptions(device="cpu", **options), staged)
-    assert r.observations.eager_process == "own" or r.verdict.value != "passed", r.observations.eager_process
-    _check(e, r)
 
 
 def test_untimed_evaluations_start_no_process_for_eager(own, registry):

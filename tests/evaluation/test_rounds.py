@@ -159,8 +159,8 @@ class FakeCandidate:
             self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
             assert len(self.last_seeds) == len(command.forward_seeds)
             call_ms = self.call_ms * self.host[0] * (1.0 + self.jitter * self.noise.uniform(-1.0, 1.0))
-            return Message("window_done", {"host_ms": 1.0},
-                           self.sent_at + (1.0 + call_ms * len(command.forward_seeds)) / 1e3)
+            return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + call_ms * len(command.seeds))
+                           / 1e3)
         if command.cmd == "fingerprint":
             sums = [[s + self.off_by for s in row] for row in _sums(self.last_seeds)]  # type: ignore[operator]
             first, self.first_fingerprint_s = self.first_fingerprint_s, 0.0
@@ -210,7 +210,7 @@ def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, d
                     deadline=lambda calls, write_bytes: 10.0, seeds=random.Random(7),
                     phase=phases.append, draw=random.Random(11),
                     gpu_processes=gpu_processes or (lambda: [[TRUSTED_PID, *CANDIDATE_PIDS]]),
-                    relay=lambda fields, eager: list(fields.get("segments") or []))
+                    relay=lambda fields: list(fields.get("segments") or []))
     return r, phases
 
 
@@ -711,8 +711,8 @@ class FakeEager(FakeCandidate):
         events, self.events = self.events, []
         try:
             if command.cmd == "window" and command.empty:
-                self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
-                events.append("eager window (empty)" + (" (clock from resume)" if clock_from_resume else ""))
+                self.last_seeds = list(command.seeds)
+                events.append("eager window (empty)")
                 return Message("window_done", {"host_ms": 1.0}, self.sent_at + 1.0 / 1e3)
             msg = super().request(command, limit_s, phase, clock_from_resume)
             events += [e.replace("candidate", "eager") for e in self.events]
@@ -776,63 +776,3 @@ def test_a_forged_fingerprint_is_caught_against_eagers_own_process(tmp_path):
     rounds.run()
     check = rounds.obs.timed_outputs
     assert check is not None and len(check.fingerprint_mismatches) == 5 * 10
-
-
-def test_staged_windows_in_eagers_own_process_take_the_steps_the_candidates_take(tmp_path):
-    """Staged with eager's own process: before eager's and the empty window the trusted side stages their inputs,
-    eager's process runs its lead-in, is paused, the trusted side writes the inputs into the window segment, and the
-    window's clock starts before it is continued: the candidate's steps, in a process started as the candidate's.
-    Without it the trusted process, paused before its windows by a freezer of its own, cost 0.67-0.77 ms to continue
-    where the candidate cost 0.38-0.52 (H100), and on the 2-core CPU VM staging put the A/A at 1.043x-1.228x.
-    torch.compile's window stays the trusted side's, led in there."""
-    from harness.evaluation.eager_process import EagerProcess
-
-    trusted = FakeTrusted(call_ms=10.0)
-    candidate, eager = FakeCandidate(tmp_path / "c", call_ms=5.0), FakeEager(tmp_path / "e", call_ms=10.0)
-    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True, kinds=("candidate", "eager", "empty", "compile"))
-    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
-    eager.events, eager.segment = trusted.events, lambda: trusted.segment
-    rounds.run()
-    ev = trusted.events
-    for kind in ("eager window (clock from resume)", "eager window (empty) (clock from resume)"):
-        at = [i for i, e in enumerate(ev) if e == kind]
-        assert len(at) == 7  # 2 warm-up and 5 timed rounds, every one staged
-        for i in at:
-            assert ev[i - 4:i] == ["trusted stage_window", "eager lead_in", "eager paused", "trusted fill_window"]
-    assert "eager window" not in ev and "eager window (empty)" not in ev  # none made its own inputs
-    # torch.compile's lead-ins only in the trusted process; eager's and the empty window's in eager's, as many calls.
-    assert len(trusted.lead_in_calls) == 7 and [c.calls for c in eager.lead_ins] == [
-        n for n in trusted.lead_in_calls for _ in range(2)]
-    # The window segment reached eager's process with its first lead-in, and its layout whenever it changed.
-    assert eager.lead_ins[0].segments and eager.lead_ins[0].layout is not None
-    check = rounds.obs.timed_outputs
-    assert check is not None and check.fingerprinted == 5 * 10 and not check.fingerprint_mismatches
-    assert rounds.obs.eager_timing is not None and rounds.obs.eager_timing.median_ms == pytest.approx(10.0)
-
-
-class ScribblingCandidate(FakeCandidate):
-    """A candidate that, after its fingerprint, writes over the window segment it maps (its own inputs there): what
-    eager's process then reads must be the trusted side's inputs again."""
-
-    def __init__(self, outputs: Path, trusted: FakeTrusted):
-        super().__init__(outputs, call_ms=5.0)
-        self.trusted = trusted
-
-    def request(self, command: Any, limit_s: float, phase: Any, clock_from_resume: bool = False) -> Message:
-        msg = super().request(command, limit_s, phase, clock_from_resume)
-        if command.cmd == "fingerprint":
-            self.trusted.segment = [1] * len(self.trusted.segment)
-        return msg
-
-
-def test_a_candidate_that_writes_into_the_window_segment_changes_nothing_eagers_process_reads(tmp_path):
-    from harness.evaluation.eager_process import EagerProcess
-
-    trusted = FakeTrusted(call_ms=10.0)
-    candidate, eager = ScribblingCandidate(tmp_path / "c", trusted), FakeEager(tmp_path / "e", call_ms=10.0)
-    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True)
-    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
-    eager.events, eager.segment = trusted.events, lambda: trusted.segment
-    rounds.run()
-    check = rounds.obs.timed_outputs
-    assert check is not None and check.fingerprinted == 5 * 10 and not check.fingerprint_mismatches

@@ -29,7 +29,7 @@ def test_staged_windows_take_inputs_made_before_them_and_pass_as_unstaged(settin
     """With the windows' inputs staged, no window of either side makes any (each process's own clock says so), every
     window follows a lead-in, the fingerprints and hand-overs of its outputs match the reference's, and the honest
     submission passes as it does unstaged."""
-    staged = settings.model_copy(update={"window_inputs_staged_cpu": True})
+    staged = settings.model_copy(update={"window_inputs_staged": True})
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
     assert r.verdict == Verdict.passed, r.message
@@ -107,14 +107,13 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
     # preparation runs during its import; the candidate constructs while the trusted side draws the parameters, and
     # takes them while it makes the trials.
-    # Eager's own process, started beside the candidate, is waited for once the judge has passed it, and builds its
-    # model then. The timed rounds' time is split into the windows and the checks between them, in the order the
-    # first round drew its kinds; the CPU's windows are staged, each after a lead-in.
+    # The timed rounds' time is split into the windows and the checks between them, in the order the first round
+    # drew its kinds.
     names = list(o.phases)
-    assert names[:13] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
+    assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
-                          "judge", "eager_import", "eager_construct", "timing_warmup"]
-    assert set(names[13:-3]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers", "pauses"}
+                          "judge", "timing_warmup"]
+    assert set(names[11:-3]) == {"timed_windows", "wakes", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
@@ -633,8 +632,7 @@ def test_a_device_budget_too_small_for_what_the_harness_keeps_shrinks_it_and_one
     mib = 1 << 20
     relu = mp.Footprint(inputs=4 * mib, inputs_f64=8 * mib, outputs=4 * mib, outputs_f64=8 * mib, parameters=0,
                         parameters_f64=0, forward_work=4 * mib, trials=6, calls_wanted=128, keep_bytes=8 << 30,
-                        compare_slice=1 << 26, fingerprint_chunk=256 * mib, device="cpu", judge_ahead=True,
-                        windows_staged=settings.windows_staged("cpu"))
+                        compare_slice=1 << 26, fingerprint_chunk=256 * mib, device="cpu", judge_ahead=True)
     two_calls = mp.needs(relu, mp.Choice(0, "host", 2), None, 0)[0]
     least = mp.needs(relu, mp.Choice(0, "host", 1), None, 0)[0]
     shrunk = settings.model_copy(update={"device_memory_budget_mb": two_calls // mib, "device_memory_reserve_mb": 0})

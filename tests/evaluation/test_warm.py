@@ -158,9 +158,6 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
     other_text = (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text()
     assert prestart(spec, other_text, options, settings)
     (_, following) = pool.spares
-    # Eager's own process started ahead beside each (the CPU's default), neither waiting on the other's build dir:
-    # with one shared by every evaluation of the problem, this second start waited on the first's lock for good.
-    assert spare.eager is not None and following.eager is not None
     r = evaluate(spec, text, options, settings)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
     assert "SUBMISSION-IMPORTED" in log.read_text() and pool.spares == [following]
@@ -249,7 +246,12 @@ def test_eagers_own_process_starts_ahead_beside_the_candidate_and_serves_its_eva
         assert r.observations.eager_process == "own" and r.observations.phases["eager_import"] < 1.0
         assert eager.proc.ended and (spare.job / "eager.log").exists()
         assert prestart(spec, text, options, own)
-        (unused,) = pool.spares
+        # A second job of the same problem started ahead beside it gets its eager process too, not waiting on the
+        # first's: every evaluation of a problem at a size has the same eager source, and with one build dir shared
+        # by them all this start waited at its lock (held until the first constructs its model) for good.
+        assert prestart(spec, (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text(), options, own)
+        (unused, second) = pool.spares
+        assert second.eager is not None and second.eager.proc.proc.proc.poll() is None
     finally:
         pool.close()
     assert unused.eager is not None and unused.eager.proc.ended and not unused.work.exists()
