@@ -277,12 +277,27 @@ def fingerprint_charges(fingerprint_ms: list[float], round_trip_ms: list[float],
             for c, rt in zip(fingerprint_ms, round_trip_ms, strict=True)]
 
 
+def honest_charges(reference_ms: list[float]) -> list[float]:
+    """What each round's baseline windows are charged: what eager's process's fingerprint of that round took beyond
+    their median (each measured as the candidate's are in `fingerprint_charges`: on the parent's clock, less the round
+    trip after it), never below zero. The candidate's charges are taken over that same median, and an honest
+    fingerprint's time varies from round to round, so about half of an honest candidate's windows are charged
+    something: charging only them made the same code slower than itself (H100, tree 728f2e8: level1/99's A/A 0.989x
+    paired before its charges, 0.974x after; level3/20's 0.994x and 0.971x). Charged alike, a window of eager's pays
+    that noise as the candidate's does, and the candidate's speedup over it is that of the windows it did (eager's
+    process is paused while the candidate runs: nothing of the candidate's sets these)."""
+    if not reference_ms:
+        return []
+    honest = statistics.median(reference_ms)
+    return [round(max(r - honest, 0.0), 4) for r in reference_ms]
+
+
 @dataclass
 class WindowSeries:
     """The wall times (ms, parent's clock) of one kind's windows, each of `calls` calls; beside them, what the
     process said of each window (`host_ms`, `device_ms`: a diagnostic, never a figure that ranks), and what is
-    charged to each beside its wall time (`charged_ms`, the candidate's: fingerprint_charges; none for the trusted
-    side's kinds)."""
+    charged to each beside its wall time (`charged_ms`: the candidate's fingerprint_charges, the baselines'
+    honest_charges; none for the empty window)."""
 
     calls: int
     wall_ms: list[float]

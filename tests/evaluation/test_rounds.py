@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness import grading
-from harness.evaluation import busy_core
+from harness.evaluation import busy_core, windows
 from harness.evaluation.gpu_sharing import NvmlUnavailable
 from harness.evaluation.handles import CandidateStopped, TrustedFailed
 from harness.evaluation.rounds import DISTURBED_TRIES, RoundsPlan, TimedRounds
@@ -764,6 +764,39 @@ def test_eager_and_empty_windows_run_in_eagers_own_process_and_its_fingerprints_
     assert eager.threads and eager.held == [] and "eager pin" in events
     assert not obs.gpu_sharers and not obs.gpu_shared_waits_ms
     assert eager.pauses >= 2 * 7
+
+
+def test_the_baselines_pay_an_honest_fingerprints_noise_only_where_eagers_process_fingerprints(tmp_path):
+    """Eager's own process fingerprints as the candidate's does; two of its five timed fingerprints take 0.4 ms more
+    (a host's wake-up). Its windows and torch.compile's are charged that excess over the median of its own (as the
+    candidate's are over the same median), window by window: the same noise on both sides of the ratio. With eager
+    in the trusted process, whose fingerprint is its own clock's step, no baseline is charged."""
+    from harness.evaluation.eager_process import EagerProcess
+
+    trusted = FakeTrusted(call_ms=10.0)
+    candidate, eager = FakeCandidate(tmp_path / "c", call_ms=10.0), FakeEager(tmp_path / "e", call_ms=10.0)
+    fingerprints = 0
+
+    def noisy(command: Any, *args: Any, **kwargs: Any) -> Message:
+        nonlocal fingerprints
+        msg = FakeEager.request(eager, command, *args, **kwargs)
+        if command.cmd == "fingerprint":
+            fingerprints += 1  # the warm-up's last round, then the five timed
+            if fingerprints in (3, 5):
+                return Message(msg.event, msg.fields, msg.received_at + 0.0004)
+        return msg
+
+    eager.request = noisy  # type: ignore[method-assign]
+    rounds, _ = _rounds(tmp_path, trusted, candidate, device="cuda", kinds=("candidate", "eager", "empty", "compile"))
+    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
+    rounds.run()
+    obs, check = rounds.obs, rounds.obs.timed_outputs
+    assert check is not None and obs.eager_timing is not None and obs.compile_timing is not None
+    assert obs.eager_timing.charged_ms == obs.compile_timing.charged_ms == pytest.approx([0, 0.4, 0, 0.4, 0], abs=1e-3)
+    assert obs.eager_timing.charged_ms == windows.honest_charges(check.reference_fingerprint_own_ms)
+    alone = _rounds(tmp_path, FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "d", call_ms=10.0))[0]
+    alone.run()
+    assert alone.obs.eager_timing is not None and alone.obs.eager_timing.charged_ms == []
 
 
 def test_a_forged_fingerprint_is_caught_against_eagers_own_process(tmp_path):

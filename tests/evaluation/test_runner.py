@@ -94,6 +94,7 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     empty = t.overhead_ms * calls
     assert t.median_ms == pytest.approx(statistics.median(
         (max(w - empty, 0.0) + c) / calls for w, c in zip(t.windows_ms, t.charged_ms, strict=True)), abs=1e-4)
+    # Eager ran in the trusted process (the CPU's default), whose fingerprint is its own clock's step: none charged.
     assert o.eager_timing.charged_ms == [] and o.eager_timing.windows_alone_median_ms is None
     assert len(check.handover_ms) == 3  # three windows, fewer than CHECKED_WINDOWS: each drawn with chance 1
     assert check.reported == check.expected == len(check.calls) == len(check.handover_ms) * picks
