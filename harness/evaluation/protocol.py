@@ -101,19 +101,29 @@ class ReferenceWindowCommand(BaseModel):
     staged: bool = False
 
 
+# The window segments: the candidate's, and eager's own process's, which the candidate never maps (a segment both
+# mapped still held a round's inputs, written for eager's window, when the candidate's lead-in of that round ran).
+# Eager's process takes its segment under the candidate's name: both run the same child code.
+WINDOW_SEGMENT = "window"
+EAGER_WINDOW_SEGMENT = "eager_window"
+
+
 class StageWindowCommand(BaseModel):
     """Make a round's window inputs from `seeds` and keep them (this process's own copy, which its windows and
-    lead-ins use); the reply's `layout` says where `FillWindowCommand` will write them in the window segment, one
-    layout per call, and `segments` names a new window segment where the last was too small."""
+    lead-ins use); the reply's `layout` says where `FillWindowCommand` will write them in a window segment, one
+    layout per call, and `segments` names a new window segment where the last was too small. With `eager`, eager's
+    own process has a window segment of its own beside the candidate's, laid out alike."""
 
     cmd: Literal["stage_window"] = "stage_window"
     seeds: list[int]
+    eager: bool = False
 
 
 class FillWindowCommand(BaseModel):
-    """Write the staged inputs into the window segment (the candidate paused: it sees them only in its window)."""
+    """Write the staged inputs into a window segment (its process paused: it sees them only in its window)."""
 
     cmd: Literal["fill_window"] = "fill_window"
+    segment: Literal["window", "eager_window"] = WINDOW_SEGMENT
 
 
 class LeadInCommand(BaseModel):

@@ -13,7 +13,15 @@ from typing import Any, Protocol
 import torch
 
 from harness.evaluation import exchange, problem_module, tensors, timing
-from harness.evaluation.protocol import FingerprintCommand, LeadInCommand, ReferenceWindowCommand, StageWindowCommand
+from harness.evaluation.protocol import (
+    EAGER_WINDOW_SEGMENT,
+    WINDOW_SEGMENT,
+    FillWindowCommand,
+    FingerprintCommand,
+    LeadInCommand,
+    ReferenceWindowCommand,
+    StageWindowCommand,
+)
 
 # A probe kernel (and its sync) slower than this ran behind another process's work: the GPU is not idle.
 IDLE_PROBE_S = 0.5e-3
@@ -83,22 +91,24 @@ class ReferenceWindows:
         if not all(tensors.stageable(v) for x in made for v in x):
             return {"layout": [], "segments": [], "stageable": False}
         need = sum(exchange.packed_bytes(x) for x in made)
-        specs: list[dict[str, Any]] = []
-        seg = self.side.segments.get("window")
-        if seg is None or seg.nbytes < need:
-            if seg is not None:
-                seg.close()
-            specs = self.side.share({"window": exchange.create(max(need, 1), self.side.exchange_where)})
-            seg = self.side.segments["window"]
+        grown: dict[str, exchange.Segment] = {}
+        for name in (WINDOW_SEGMENT, EAGER_WINDOW_SEGMENT) if cmd.eager else (WINDOW_SEGMENT,):
+            seg = self.side.segments.get(name)
+            if seg is None or seg.nbytes < need:
+                if seg is not None:
+                    seg.close()
+                grown[name] = exchange.create(max(need, 1), self.side.exchange_where)
+        specs = self.side.share(grown) if grown else []
+        seg = self.side.segments[WINDOW_SEGMENT]
         layouts, base = [], 0
         for x in made:
             layouts.append(exchange.pack(list(x), seg, base, write=False))
             base += exchange.packed_bytes(x)
         return {"layout": layouts, "segments": specs, "stageable": True}
 
-    def fill_window(self) -> dict[str, Any]:
-        """The staged inputs written into the window segment, over whatever the candidate left there."""
-        seg, base = self.side.segments["window"], 0
+    def fill_window(self, cmd: FillWindowCommand) -> dict[str, Any]:
+        """The staged inputs written into the window segment named, over whatever its process left there."""
+        seg, base = self.side.segments[cmd.segment], 0
         for x in self.window_inputs:
             exchange.pack(list(x), seg, base)
             base += exchange.packed_bytes(x)

@@ -31,6 +31,8 @@ from harness.evaluation import busy_core, gpu_sharing, windows
 from harness.evaluation.eager_process import EagerProcess
 from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
 from harness.evaluation.protocol import (
+    EAGER_WINDOW_SEGMENT,
+    WINDOW_SEGMENT,
     CheckHandoverCommand,
     FillWindowCommand,
     Fingerprint,
@@ -113,11 +115,15 @@ class TimedRounds:
         # Eager's own process (eager_process.py), which runs eager's windows and the empty one; None: the trusted one.
         self.eager = eager
         self.deadline, self.seeds, self.phase = deadline, seeds, phase
-        self.relay = relay  # passes the segments a trusted reply names on to the candidate (their specs)
+        # Passes the segments a trusted reply names on (their specs): eager's window segment to eager's own process
+        # alone, every other to the candidate's.
+        self.relay = relay
         self.idle_processes = idle_processes  # the harness's own processes that run nothing now (gpu_sharing.sharing)
         self.staged = plan.staged
         self.sent_layout: list[dict[str, Any]] | None = None  # the window segment's layout as the candidate has it
         self.segments: list[dict[str, Any]] = []  # window segments relayed, not yet named to the candidate
+        self.eager_layout: list[dict[str, Any]] | None = None  # and as eager's own process has it, in its own
+        self.eager_segments: list[dict[str, Any]] = []
         self.layout: list[dict[str, Any]] | None = None  # where the last staged window's inputs lie
         self.fill_s = 0.0  # how long the candidate last waited, paused, for its window's inputs to be written
         self.draw = draw or secrets.SystemRandom()
@@ -275,12 +281,12 @@ class TimedRounds:
 
         for kind in self.draw.sample(self.kinds, len(self.kinds)):
             if kind == "candidate":
+                if self.eager is not None:  # as eager's windows follow the wait for an idle GPU (`_probe`)
+                    self._probe()
                 staged = self._stage(seeds) and self._candidate_lead_in(calls)
                 if staged:
                     phase("lead_ins")
                 else:
-                    if self.eager is not None:  # as eager's windows follow the wait for an idle GPU (`_probe`)
-                        self._probe()
                     self._wake_candidate()
                     phase("wakes")
                 if r == traced:
@@ -301,7 +307,7 @@ class TimedRounds:
                 phase("idle_waits")
                 staged = self._stage(seeds)
                 if staged:
-                    self._trusted_lead_in(kind, calls)
+                    self._reference_lead_in(kind, calls)
                     phase("lead_ins")
                 timed = self.reference_window(kind, seeds, forward, keep_outputs=kind == "eager" and fingerprinted,
                                               r=r, staged=staged)
@@ -342,8 +348,13 @@ class TimedRounds:
         makes its own inside its windows, as without staging."""
         if not self.staged:
             return False
-        reply = self.trusted.call(StageWindowCommand(seeds=seeds).model_dump(mode="json"), "window_staged")
-        self.segments += self.relay(reply)
+        reply = self.trusted.call(StageWindowCommand(seeds=seeds, eager=self.eager is not None)
+                                  .model_dump(mode="json"), "window_staged")
+        for spec in self.relay(reply):
+            if spec["name"] == EAGER_WINDOW_SEGMENT:  # eager's process maps it as its window segment
+                self.eager_segments.append({**spec, "name": WINDOW_SEGMENT})
+            else:
+                self.segments.append(spec)
         if not reply["stageable"]:
             self.staged = False
             self.obs.windows_unstaged = "an input is no plain dense tensor or JSON scalar: each window made its own"
@@ -381,10 +392,23 @@ class TimedRounds:
         self.fill_s = fill_ms / 1e3
         return True
 
-    def _trusted_lead_in(self, kind: str, calls: int) -> None:
-        """A reference window starts as the candidate's does: after its lead-in, paused for as long as the candidate
-        last waited for its inputs, continued on the window's clock (the empty window's too: what that costs is
-        then the fixed cost taken off every kind's)."""
+    def _reference_lead_in(self, kind: str, calls: int) -> None:
+        """A reference window starts as the candidate's does. In eager's own process (its windows and the empty one):
+        its lead-in (on the inputs its last window saw), then, paused, its window's inputs written into its own window
+        segment by the trusted side, continued on the window's clock: the candidate's steps, in a process started as
+        the candidate's. That segment is never the candidate's: one both mapped still held a round's inputs, written
+        for eager's window, when the candidate's lead-in of the same round ran. In the trusted process: its lead-in,
+        paused for as long as the candidate last waited for its inputs, continued on the window's clock (the empty
+        window's too: what that costs is then the fixed cost taken off every kind's)."""
+        if self.eager is not None and kind in ("eager", "empty"):
+            layout = None if self.layout == self.eager_layout else self.layout
+            lead = self._lead_calls(calls)
+            self.eager.request(LeadIn(calls=lead, layout=layout, segments=self.eager_segments), self.deadline(lead, 0))
+            self.eager_segments, self.eager_layout = [], self.layout
+            self.eager.pause()
+            self.trusted.timed_call(FillWindowCommand(segment=EAGER_WINDOW_SEGMENT).model_dump(mode="json"),
+                                    "window_filled")
+            return
         self.trusted.call(LeadInCommand(kind=kind, calls=self._lead_calls(calls)).model_dump(mode="json"), "led_in")
         method = self.trusted.pause()
         if method is not None:
@@ -488,10 +512,14 @@ class TimedRounds:
         def timed_call() -> tuple[float, dict[str, Any]]:
             if eager is None:
                 return self.trusted.timed_call(command, "window_done")
-            # Woken, off the clock, as the candidate is before its window (`_wake_candidate`), then its window.
             limit_s = self.deadline(len(seeds), 0)
-            eager.request(LeadIn(calls=0), self.deadline(1, 0))
-            reply = eager.request(Window(seeds=seeds, forward_seeds=forward_seeds, empty=kind == "empty"), limit_s)
+            if staged:  # led in and paused, its inputs written (`_reference_lead_in`): continued on the clock
+                reply = eager.request(Window(seeds=[], forward_seeds=forward_seeds, empty=kind == "empty",
+                                             staged=True), limit_s, clock_from_resume=True)
+            else:  # woken, off the clock, as the candidate is before its window (`_wake_candidate`), then its window
+                eager.request(LeadIn(calls=0), self.deadline(1, 0))
+                reply = eager.request(Window(seeds=seeds, forward_seeds=forward_seeds, empty=kind == "empty"),
+                                      limit_s)
             return (reply.received_at - eager.sent_at) * 1e3, reply.fields
 
         window = f"the {kind} window of {'warm-up ' if r < 0 else ''}round {r}"
@@ -501,6 +529,8 @@ class TimedRounds:
                 self.wait_idle()
                 if staged:  # as the first try had them (a reference may have written into its inputs)
                     self._stage(seeds)
+                    if eager is not None:
+                        self._reference_lead_in(kind, len(seeds))
             mark = self.candidate.cpu_mark()
             try:
                 timed = timed_call()

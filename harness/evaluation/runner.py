@@ -22,6 +22,7 @@ import random
 import secrets
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +38,7 @@ from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, Tru
 from harness.evaluation.options import EvalOptions
 from harness.evaluation.prebuild import PROBE_TIMEOUT_S, build_inputs
 from harness.evaluation.protocol import (
+    EAGER_WINDOW_SEGMENT,
     Construct,
     JudgeCommand,
     LoadParameters,
@@ -360,15 +362,10 @@ class _Evaluation:
 
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
-        timed and unstaged; it imports beside the candidate (and builds its model after the judge). Said in the
-        observations either way."""
+        timed; it imports beside the candidate (and builds its model after the judge). Said in the observations either
+        way. With staged windows it takes its windows' inputs from a window segment of its own, as the candidate does
+        from the candidate's."""
         if not starts.eager_wanted(self.options, self.settings, device):
-            return
-        if self._windows_staged(device):
-            if self.eager is not None:  # started ahead beside the candidate: not for staged windows
-                self.eager.finish()
-                self.eager = None
-            self.obs.eager_process_note = "windows staged: eager's windows take the trusted side's inputs"
             return
         if self.eager is not None:
             return  # started ahead beside the candidate (starts.prestart)
@@ -576,7 +573,7 @@ class _Evaluation:
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs, eager=eager,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
                                   seeds=self._window_seeds,
-                                  phase=self.phases.end, relay=self._relay,
+                                  phase=self.phases.end, relay=self._relay_window,
                                   idle_processes=self._idle_processes)
         return self.rounds
 
@@ -652,15 +649,31 @@ class _Evaluation:
         just before it, passed on to the candidate's process, which takes them with the command that names them (the
         specs returned); with `eager`, to eager's own process too (the init arguments and the parameters, which it
         takes with the same commands). Nothing is kept here: the parent never maps trial data."""
+        return self._pass_on(fields, lambda spec: (True, eager))
+
+    def _relay_window(self, fields: dict[str, Any]) -> list[dict[str, Any]]:
+        """The window segments a trusted reply names, each to its own process: eager's (EAGER_WINDOW_SEGMENT) to
+        eager's own process alone, the candidate's to the candidate's alone. The candidate never maps eager's: it
+        holds each round's inputs before eager's window."""
+        return self._pass_on(fields, lambda spec: (spec["name"] != EAGER_WINDOW_SEGMENT,
+                                                   spec["name"] == EAGER_WINDOW_SEGMENT))
+
+    def _pass_on(self, fields: dict[str, Any], to: Callable[[dict[str, Any]], tuple[bool, bool]]
+                 ) -> list[dict[str, Any]]:
+        """The descriptors of the segments `fields` names, received from the trusted side and sent on as `to(spec)`
+        says: (to the candidate's process, to eager's own). Their specs."""
         assert self.trusted is not None and self.candidate is not None
         specs = list(fields.get("segments") or [])
         if not specs:  # an empty message would be taken for the next command's descriptors
             return []
         fds = self.trusted.proc.receive_fds(len(specs))
         try:
-            for child in [self.candidate.proc] + ([self.eager.proc.proc] if eager and self.eager is not None else []):
-                with contextlib.suppress(ChildExited):  # its end is gone: the command naming them says how it ended
-                    child.send_fds(fds)
+            children = [self.candidate.proc, self.eager.proc.proc if self.eager is not None else None]
+            for i, child in enumerate(children):
+                sent = [fd for spec, fd in zip(specs, fds, strict=True) if to(spec)[i]]
+                if child is not None and sent:
+                    with contextlib.suppress(ChildExited):  # its end is gone: the command naming them says how
+                        child.send_fds(sent)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         # the timed rounds' (_ROUNDS_COMMANDS)
         "window": (ReferenceWindowCommand, reference_windows.window, "window_done"),
         "stage_window": (StageWindowCommand, reference_windows.stage_window, "window_staged"),
-        "fill_window": (FillWindowCommand, lambda _: reference_windows.fill_window(), "window_filled"),
+        "fill_window": (FillWindowCommand, reference_windows.fill_window, "window_filled"),
         "lead_in": (LeadInCommand, reference_windows.lead_in, "led_in"),
         "fingerprint": (FingerprintCommand, reference_windows.fingerprint, "fingerprinted"),
     }

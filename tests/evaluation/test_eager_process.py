@@ -52,6 +52,28 @@ def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window
     assert r.verdict == Verdict.passed and r.observations.eager_process == "trusted", r.message
 
 
+def test_staged_windows_give_eagers_process_a_window_segment_the_candidate_never_maps(own, registry):
+    """Staged, eager's own process takes its windows' inputs from a window segment of its own, as the candidate does
+    from its own: the honest submission passes, every window fingerprinted. With one segment for both, the corpus's
+    content-keyed cache read its window's inputs in its lead-in where eager's window had run first in the round, and
+    was timed at 0.51 ms a call, not its 20: it must be caught here, and the forged window's constant too."""
+    staged = own.model_copy(update={"window_inputs_staged": True})
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
+    assert r.verdict == Verdict.passed, r.message
+    o = r.observations
+    assert o.eager_process == "own" and o.eager_process_note is None and o.windows_unstaged is None
+    assert "lead_ins" in o.phases
+    check = o.timed_outputs
+    assert check is not None and check.fingerprinted and not check.fingerprint_mismatches
+    for name in ("content-keyed cache", "constant with the right sums once timed"):
+        e = next(x for x in CORPUS if x.name == name)
+        spec, text, options = _plan(e.problem, e.fixture, e.problems_dir)
+        r = evaluate(spec, text, EvalOptions(device="cpu", **options), staged)
+        assert r.observations.eager_process == "own" or r.verdict.value != "passed", r.observations.eager_process
+        _check(e, r)
+
+
 def test_untimed_evaluations_start_no_process_for_eager(own, registry):
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small", timing=False), own)

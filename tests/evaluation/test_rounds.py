@@ -42,6 +42,7 @@ class FakeTrusted:
         self.stageable = stageable
         self.staged: list[int] = []  # the seeds of the inputs staged last
         self.segment: list[int] = []  # what the window segment holds: the seeds of the inputs filled last
+        self.eager_segment: list[int] = []  # and eager's own process's window segment
         self.events: list[str] = []  # both sides' commands in order, where a test hands both the same list
         self.segment_bytes = 0
         self.lead_in_calls: list[int] = []  # each lead-in's calls, in order
@@ -61,8 +62,12 @@ class FakeTrusted:
             return 0.5, {"sums": _sums(self.eager_seeds), "scales": [[1.0]] * len(self.eager_seeds),
                          "seconds": {"fingerprint": 0.0003}}
         if command["cmd"] == "fill_window":
-            self.events.append("trusted fill_window")
-            self.segment = list(self.staged)
+            if command.get("segment", "window") == "eager_window":
+                self.events.append("trusted fill_window (eager's)")
+                self.eager_segment = list(self.staged)
+            else:
+                self.events.append("trusted fill_window")
+                self.segment = list(self.staged)
             return 0.3, {}
         assert command["cmd"] == "window"
         if command["kind"] == "compile" and self.compile_fails:
@@ -92,8 +97,9 @@ class FakeTrusted:
             self.segment_bytes = max(self.segment_bytes, len(self.staged))
             layout = [{"kind": "list", "entries": [{"tensor": {"dtype": "float32", "shape": [2], "offset": 512 * j}}]}
                       for j in range(len(self.staged))]
-            return {"layout": layout, "segments": [{"name": "window", "nbytes": 512 * len(self.staged)}] if grown
-                    else [], "stageable": True}
+            names = ["window", "eager_window"] if command.get("eager") else ["window"]
+            return {"layout": layout, "segments": [{"name": name, "nbytes": 512 * len(self.staged)} for name in names]
+                    if grown else [], "stageable": True}
         if command["cmd"] == "lead_in":
             self.lead_in_calls.append(command["calls"])
             return {}
@@ -136,6 +142,8 @@ class FakeCandidate:
         self.last_seeds: list[int] = []
         self.events: list[str] = []
         self.lead_ins: list[Any] = []
+        self.seen_in_lead_ins: list[list[int]] = []  # what its window segment held at each lead-in
+        self.window_inputs: list[list[int]] = []  # what each window computed on
         self.segment: Callable[[], list[int]] = lambda: []
         self.cores = [0, 1, 2, 3]  # the cores its thread may be kept to
         self.first_fingerprint_s = 0.0  # what its process's first fingerprint takes beyond the others (first loads)
@@ -148,6 +156,7 @@ class FakeCandidate:
         self.events.append(f"candidate {command.cmd}" + (" (clock from resume)" if clock_from_resume else ""))
         if command.cmd == "lead_in":
             self.lead_ins.append(command)
+            self.seen_in_lead_ins.append(list(self.segment()))  # what its lead-in could read of its window segment
             return Message("led_in", {}, self.sent_at + 0.01)
         if command.cmd == "pin":  # a candidate whose cgroup holds other cores is kept to those
             self.threads.append(command.threads)
@@ -157,10 +166,11 @@ class FakeCandidate:
             self.windows.append(len(command.forward_seeds))
             # Staged: its inputs are what the window segment holds (the fake trusted side's, given it by the test).
             self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
+            self.window_inputs.append(self.last_seeds)
             assert len(self.last_seeds) == len(command.forward_seeds)
             call_ms = self.call_ms * self.host[0] * (1.0 + self.jitter * self.noise.uniform(-1.0, 1.0))
-            return Message("window_done", {"host_ms": 1.0}, self.sent_at + (1.0 + call_ms * len(command.seeds))
-                           / 1e3)
+            return Message("window_done", {"host_ms": 1.0},
+                           self.sent_at + (1.0 + call_ms * len(command.forward_seeds)) / 1e3)
         if command.cmd == "fingerprint":
             sums = [[s + self.off_by for s in row] for row in _sums(self.last_seeds)]  # type: ignore[operator]
             first, self.first_fingerprint_s = self.first_fingerprint_s, 0.0
@@ -711,8 +721,8 @@ class FakeEager(FakeCandidate):
         events, self.events = self.events, []
         try:
             if command.cmd == "window" and command.empty:
-                self.last_seeds = list(command.seeds)
-                events.append("eager window (empty)")
+                self.last_seeds = list(self.segment()) if command.staged else list(command.seeds)
+                events.append("eager window (empty)" + (" (clock from resume)" if clock_from_resume else ""))
                 return Message("window_done", {"host_ms": 1.0}, self.sent_at + 1.0 / 1e3)
             msg = super().request(command, limit_s, phase, clock_from_resume)
             events += [e.replace("candidate", "eager") for e in self.events]
@@ -809,3 +819,61 @@ def test_a_forged_fingerprint_is_caught_against_eagers_own_process(tmp_path):
     rounds.run()
     check = rounds.obs.timed_outputs
     assert check is not None and len(check.fingerprint_mismatches) == 5 * 10
+
+
+def _staged_with_eagers_process(tmp_path: Path, candidate: FakeCandidate, trusted: FakeTrusted,
+                                kinds: tuple[str, ...] = ("candidate", "eager", "empty")) -> tuple[TimedRounds, Any]:
+    from harness.evaluation.eager_process import EagerProcess
+
+    eager = FakeEager(tmp_path / "e", call_ms=10.0)
+    rounds, _ = _rounds(tmp_path, trusted, candidate, staged=True, kinds=kinds)
+    rounds.eager = EagerProcess(eager)  # type: ignore[arg-type]
+    eager.events, eager.segment = trusted.events, lambda: trusted.eager_segment
+    rounds.run()
+    return rounds, eager
+
+
+def test_staged_windows_in_eagers_own_process_take_the_steps_the_candidates_take(tmp_path):
+    """Staged with eager's own process: before eager's and the empty window the trusted side stages their inputs,
+    eager's process runs its lead-in, is paused, the trusted side writes the inputs into eager's own window segment,
+    and the window's clock starts before it is continued: the candidate's steps, in a process started as the
+    candidate's. torch.compile's window stays the trusted side's, led in there."""
+    trusted = FakeTrusted(call_ms=10.0)
+    rounds, eager = _staged_with_eagers_process(tmp_path, FakeCandidate(tmp_path / "c", call_ms=5.0), trusted,
+                                                kinds=("candidate", "eager", "empty", "compile"))
+    ev = trusted.events
+    for kind in ("eager window (clock from resume)", "eager window (empty) (clock from resume)"):
+        at = [i for i, e in enumerate(ev) if e == kind]
+        assert len(at) == 7  # 2 warm-up and 5 timed rounds, every one staged
+        for i in at:
+            assert ev[i - 4:i] == ["trusted stage_window", "eager lead_in", "eager paused",
+                                   "trusted fill_window (eager's)"]
+    assert "eager window" not in ev and "eager window (empty)" not in ev  # none made its own inputs
+    # torch.compile's lead-ins only in the trusted process; eager's and the empty window's in eager's, as many calls.
+    assert len(trusted.lead_in_calls) == 7 and [c.calls for c in eager.lead_ins] == [
+        n for n in trusted.lead_in_calls for _ in range(2)]
+    # Eager's window segment reached eager's process, under the candidate's name, with its first lead-in; the
+    # candidate's lead-ins name only the candidate's.
+    assert [s["name"] for s in eager.lead_ins[0].segments] == ["window"] and eager.lead_ins[0].layout is not None
+    assert all(s["name"] == "window" for c in rounds.candidate.lead_ins for s in c.segments)
+    assert sum(len(c.segments) for c in rounds.candidate.lead_ins) == sum(len(c.segments) for c in eager.lead_ins)
+    check = rounds.obs.timed_outputs
+    assert check is not None and check.fingerprinted == 5 * 10 and not check.fingerprint_mismatches
+    assert rounds.obs.eager_timing is not None and rounds.obs.eager_timing.median_ms == pytest.approx(10.0)
+
+
+def test_the_candidates_lead_in_never_reads_the_inputs_of_its_coming_window(tmp_path):
+    """Found by the corpus's content-keyed cache (timed at 0.51 ms a call, not 20): with one window segment for both
+    processes, where eager's window ran first in a round the segment still held that round's inputs when the
+    candidate's lead-in ran on it. Eager's process has a segment of its own: whatever the order drawn, what the
+    candidate's lead-ins could read is never the inputs its window is then given."""
+    trusted, candidate = FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "c", call_ms=5.0)
+    _staged_with_eagers_process(tmp_path, candidate, trusted)
+    ev = trusted.events
+    leads = [i for i, e in enumerate(ev) if e == "candidate lead_in"]
+    eager_first = [i for i in leads if "eager window (clock from resume)" in ev[max(0, i - 12):i]]
+    assert eager_first  # rounds where eager's window came before the candidate's: where the leak was
+    staged = candidate.window_inputs[-len(leads):]  # the one-call window before them makes its own inputs
+    assert len(leads) == len(candidate.seen_in_lead_ins) == len(staged) == 7
+    for seen, inputs in zip(candidate.seen_in_lead_ins, staged, strict=True):
+        assert seen != inputs, (seen, inputs)
