@@ -398,10 +398,10 @@ class _Evaluation:
         return pool.idle_processes() if pool is not None else []
 
     def _windows_staged(self, device: str) -> bool:
-        """Whether the timed windows take their inputs from the window segment (Settings.window_inputs_staged), which
+        """Whether the timed windows take their inputs from the window segment (Settings.windows_staged), which
         they can only where it lives on the evaluation's device: a CUDA evaluation exchanging through host memory
         would copy them to the device inside each window."""
-        return self.settings.window_inputs_staged and self.exchange_device == device
+        return self.settings.windows_staged(device) and self.exchange_device == device
 
     def _exchange_device(self, device: str) -> str:
         """Where this evaluation's trial segments live (exchange_probe.choose: device memory on CUDA only where the

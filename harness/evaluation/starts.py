@@ -128,14 +128,23 @@ def trusted_env(options: EvalOptions, settings: Settings) -> dict[str, str]:
     return {**trusted_cache_env(settings), **windows.timing_env(), **options.extra_env}
 
 
+def _devices(options: EvalOptions) -> tuple[str, ...]:
+    """The devices an evaluation may run on before its probe: the one probed or asked for, else either."""
+    if options.target is not None:
+        return (options.target.device,)
+    return (options.device,) if options.device in ("cpu", "cuda") else ("cuda", "cpu")
+
+
 def start_trusted(spec: ProblemSpec, options: EvalOptions, settings: Settings, home: Path,
                    log_path: Path) -> Trusted:
     """The trusted child, started: it imports torch, says "ready" and waits for its probe."""
     proc = ChildProcess("harness.evaluation.trusted", [], cwd=home,
                         env=scrubbed_env(trusted_env(options, settings), home),
                         log_path=log_path, kill_grace_s=settings.kill_grace_s,
-                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too.
-                        jail=limits.jail(settings, untrusted=False, pausable=settings.window_inputs_staged),
+                        # Paused before its staged windows as the candidate is (rounds.py): a freezer too, for
+                        # a device that stages (either, where the device is not yet known).
+                        jail=limits.jail(settings, untrusted=False,
+                                         pausable=any(settings.windows_staged(d) for d in _devices(options))),
                         fd_socket=True)
     return Trusted(proc, settings.reference_timeout_s)
 

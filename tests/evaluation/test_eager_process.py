@@ -29,7 +29,8 @@ assert len(ENTRIES) == len(TIMED), {e.name for e in ENTRIES} ^ set(TIMED)
 
 @pytest.fixture(scope="module")
 def own(settings):
-    return settings.model_copy(update={"eager_process_cpu": "own"})
+    """Eager's own process with windows that make their own inputs (CUDA's default)."""
+    return settings.model_copy(update={"eager_process_cpu": "own", "window_inputs_staged_cpu": False})
 
 
 def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window_fingerprinted(own, settings,
@@ -47,8 +48,9 @@ def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window
     assert len(check.reference_fingerprint_own_ms) == len(check.fingerprint_ms) == o.candidate_timing.n
     job = r.job_dir
     assert job is not None and (Path(job) / "eager.log").exists()
-    # The default on the CPU: the trusted process times eager, and says so.
-    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), settings)
+    # Eager in the trusted process, where the settings ask for it: said so.
+    trusted = settings.model_copy(update={"eager_process_cpu": "trusted"})
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), trusted)
     assert r.verdict == Verdict.passed and r.observations.eager_process == "trusted", r.message
 
 
@@ -57,7 +59,7 @@ def test_staged_windows_give_eagers_process_a_window_segment_the_candidate_never
     from its own: the honest submission passes, every window fingerprinted. With one segment for both, the corpus's
     content-keyed cache read its window's inputs in its lead-in where eager's window had run first in the round, and
     was timed at 0.51 ms a call, not its 20: it must be caught here, and the forged window's constant too."""
-    staged = own.model_copy(update={"window_inputs_staged": True})
+    staged = own.model_copy(update={"window_inputs_staged_cpu": True})  # the CPU's default
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
     assert r.verdict == Verdict.passed, r.message

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import grading
+from harness.config import Settings
 from harness.evaluation import windows
 from harness.evaluation.runner import EvalOptions, evaluate
 from harness.problems.spec import ProblemSpec
@@ -28,8 +29,11 @@ ADVERSARIAL = Path(__file__).parents[1] / "fixtures" / "adversarial"
 def test_staged_windows_take_inputs_made_before_them_and_pass_as_unstaged(settings, registry):
     """With the windows' inputs staged, no window of either side makes any (each process's own clock says so), every
     window follows a lead-in, the fingerprints and hand-overs of its outputs match the reference's, and the honest
-    submission passes as it does unstaged."""
-    staged = settings.model_copy(update={"window_inputs_staged": True})
+    submission passes as it does unstaged (the CPU's default, with eager's windows in a process of its own)."""
+    defaults = {name: f.default for name, f in Settings.model_fields.items()}
+    assert defaults["window_inputs_staged_cpu"] and defaults["eager_process_cpu"] == "own"
+    assert not defaults["window_inputs_staged_cuda"]
+    staged = settings.model_copy(update={"window_inputs_staged_cpu": True})
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), staged)
     assert r.verdict == Verdict.passed, r.message
@@ -94,8 +98,9 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     empty = t.overhead_ms * calls
     assert t.median_ms == pytest.approx(statistics.median(
         (max(w - empty, 0.0) + c) / calls for w, c in zip(t.windows_ms, t.charged_ms, strict=True)), abs=1e-4)
-    # Eager ran in the trusted process (the CPU's default), whose fingerprint is its own clock's step: none charged.
-    assert o.eager_timing.charged_ms == [] and o.eager_timing.windows_alone_median_ms is None
+    # Eager's own process fingerprints as the candidate's does (the CPU's default): its windows pay that noise too.
+    assert o.eager_process == "own"
+    assert o.eager_timing.charged_ms == windows.honest_charges(check.reference_fingerprint_own_ms)
     assert len(check.handover_ms) == 3  # three windows, fewer than CHECKED_WINDOWS: each drawn with chance 1
     assert check.reported == check.expected == len(check.calls) == len(check.handover_ms) * picks
     assert all(c.outputs and c.outputs[0].max_abs_err == 0.0 for c in check.calls)
@@ -108,13 +113,14 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
     # preparation runs during its import; the candidate constructs while the trusted side draws the parameters, and
     # takes them while it makes the trials.
-    # The timed rounds' time is split into the windows and the checks between them, in the order the first round
-    # drew its kinds.
+    # Eager's own process, started beside the candidate, is waited for once the judge has passed it, and builds its
+    # model then. The timed rounds' time is split into the windows and the checks between them, in the order the
+    # first round drew its kinds; the CPU's windows are staged, each after a lead-in.
     names = list(o.phases)
-    assert names[:11] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
+    assert names[:13] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
-                          "judge", "timing_warmup"]
-    assert set(names[11:-3]) == {"timed_windows", "wakes", "idle_waits", "fingerprints", "handovers", "pauses"}
+                          "judge", "eager_import", "eager_construct", "timing_warmup"]
+    assert set(names[13:-3]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch

@@ -158,6 +158,8 @@ def test_a_candidate_started_ahead_imports_its_submission_only_when_its_evaluati
     other_text = (SUBMISSIONS / "l30_guessed_hardtanh.py").read_text()
     assert prestart(spec, other_text, options, settings)
     (_, following) = pool.spares
+    # Eager's own process started ahead beside each (the CPU's default), neither waiting on the other's build dir.
+    assert spare.eager is not None and following.eager is not None
     r = evaluate(spec, text, options, settings)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
     assert "SUBMISSION-IMPORTED" in log.read_text() and pool.spares == [following]
