@@ -29,13 +29,16 @@ from harness.verdicts import Phase
 NO_ROOM = "no room on the device for a process of eager's own (the memory plan's figures)"
 
 
-def fits(plan: MemoryPlan | None) -> bool:
+def fits(plan: MemoryPlan | None, staged: bool = False) -> bool:
     """Whether the memory plan leaves room beside both sides' peaks for eager's own process: a second copy of the
-    candidate's timed-window share (the model, one window's inputs and outputs, were its kernels the reference's) and
-    a reserve of its own (its context, workspaces). Where no device budget is known (the host), it fits."""
+    candidate's timed-window share (the model, one window's inputs and outputs, were its kernels the reference's),
+    with `staged` windows the window segment of its own that its inputs are written into, and a reserve of its own
+    (its context, workspaces). Where no device budget is known (the host), it fits."""
     if plan is None or plan.budget_bytes is None:
         return True
-    return plan.needs_bytes + plan.phases_bytes.get("candidate_windows", 0) + plan.reserve_bytes <= plan.budget_bytes
+    segment = plan.calls_per_window * plan.input_bytes if staged else 0
+    return plan.needs_bytes + plan.phases_bytes.get("candidate_windows", 0) + segment + plan.reserve_bytes <= \
+        plan.budget_bytes
 
 
 def aa_submission(source: str, overrides: dict[str, Any]) -> str:

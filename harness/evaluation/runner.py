@@ -583,7 +583,8 @@ class _Evaluation:
         if self.eager is None:
             self.obs.eager_process = "trusted"
             return None
-        if not eager_process.fits(self.obs.memory_plan):
+        assert self.provenance is not None
+        if not eager_process.fits(self.obs.memory_plan, staged=self._windows_staged(self.provenance.device)):
             self.eager.finish()
             self.eager, self.obs.eager_process, self.obs.eager_process_note = None, "trusted", eager_process.NO_ROOM
             return None

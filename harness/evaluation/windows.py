@@ -283,7 +283,7 @@ def honest_charges(reference_ms: list[float]) -> list[float]:
     trip after it), never below zero. The candidate's charges are taken over that same median, and an honest
     fingerprint's time varies from round to round, so about half of an honest candidate's windows are charged
     something: charging only them made the same code slower than itself (H100, tree 728f2e8: level1/99's A/A 0.989x
-    paired before its charges, 0.974x after; level3/20's 0.994x and 0.971x). Charged alike, a window of eager's pays
+    paired before its charges, 0.973x after; level3/20's 0.994x and 0.970x). Charged alike, a window of eager's pays
     that noise as the candidate's does, and the candidate's speedup over it is that of the windows it did (eager's
     process is paused while the candidate runs: nothing of the candidate's sets these)."""
     if not reference_ms:

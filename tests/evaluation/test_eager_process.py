@@ -109,10 +109,16 @@ def test_eagers_own_process_needs_room_for_a_second_window_share_and_a_reserve()
     assert eager_process.fits(None) and eager_process.fits(_plan_of(None, 10 << 30, 1 << 30, 1 << 30))
     assert eager_process.fits(_plan_of(12 << 30, 10 << 30, 1 << 30, 1 << 30))
     assert not eager_process.fits(_plan_of(12 << 30 - 1, 10 << 30, 1 << 30, 1 << 30))
+    # Staged, its inputs come through a window segment of its own: one window's inputs more (4 calls of 256 MiB).
+    staged = _plan_of(13 << 30, 10 << 30, 1 << 30, 1 << 30).model_copy(update={"calls_per_window": 4,
+                                                                               "input_bytes": 256 << 20})
+    assert eager_process.fits(staged, staged=True)
+    assert not eager_process.fits(staged.model_copy(update={"budget_bytes": (13 << 30) - 1}), staged=True)
+    assert eager_process.fits(staged.model_copy(update={"budget_bytes": (13 << 30) - 1}))
 
 
 def test_no_room_on_the_device_keeps_eager_in_the_trusted_process_and_says_why(own, registry, monkeypatch):
-    monkeypatch.setattr(eager_process, "fits", lambda plan: False)
+    monkeypatch.setattr(eager_process, "fits", lambda plan, staged=False: False)
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), own)
     assert r.verdict == Verdict.passed, r.message

@@ -639,7 +639,8 @@ def test_a_device_budget_too_small_for_what_the_harness_keeps_shrinks_it_and_one
     mib = 1 << 20
     relu = mp.Footprint(inputs=4 * mib, inputs_f64=8 * mib, outputs=4 * mib, outputs_f64=8 * mib, parameters=0,
                         parameters_f64=0, forward_work=4 * mib, trials=6, calls_wanted=128, keep_bytes=8 << 30,
-                        compare_slice=1 << 26, fingerprint_chunk=256 * mib, device="cpu", judge_ahead=True)
+                        compare_slice=1 << 26, fingerprint_chunk=256 * mib, device="cpu", judge_ahead=True,
+                        windows_staged=settings.windows_staged("cpu"))
     two_calls = mp.needs(relu, mp.Choice(0, "host", 2), None, 0)[0]
     least = mp.needs(relu, mp.Choice(0, "host", 1), None, 0)[0]
     shrunk = settings.model_copy(update={"device_memory_budget_mb": two_calls // mib, "device_memory_reserve_mb": 0})

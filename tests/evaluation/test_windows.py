@@ -208,7 +208,7 @@ def _aa_speedup(rng: random.Random, charge_eager: bool, lazy_ms: float = 0.0) ->
 def test_eagers_windows_pay_an_honest_fingerprints_noise_as_the_candidates_do():
     """The same code in both processes, fingerprints that vary alike: charging the candidate's windows alone their
     excess over the median of eager's fingerprints made it slower than itself (level1/99 on an H100: 0.989x paired
-    before its charges, 0.974x after). Eager's windows charged by the same rule, the A/A comes out at 1.00x; a
+    before its charges, 0.973x after). Eager's windows charged by the same rule, the A/A comes out at 1.00x; a
     candidate that leaves 1 ms of each call to its fingerprints still pays it in full."""
     assert windows.honest_charges([0.05, 0.09, 0.04, 0.3]) == pytest.approx([0.0, 0.02, 0.0, 0.23])
     assert windows.honest_charges([]) == []

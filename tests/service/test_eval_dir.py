@@ -158,8 +158,11 @@ def test_ctrl_c_keeps_the_results_so_far_and_resume_evaluates_only_the_rest(svc_
                     "        return x\n\n\nwhile True:  # never finishes importing\n    time.sleep(1)\n")
     out = tmp_path / "report.json"
     env = service_env(svc_settings, COLUMNS="200")
+    # Ctrl-C as a terminal delivers it: a suite started in the background by a non-interactive shell ignores SIGINT,
+    # and a child would inherit that (the run then went on for good after its SIGINT).
     proc = subprocess.Popen(harness_cmd("eval-dir", str(run), "--device", "cpu", "--model", "m", "--json", str(out)),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # The JSON is written as results come, before the run ends.
         _wait_for(lambda: _verdicts(out).get(quick.name) == "invalid_submission", 120, "the first result in the JSON")
