@@ -87,7 +87,8 @@ CORPUS: tuple[Exploit, ...] = (
             "call, so its answer 'ahead' is judged in the trials", HONEST),
     Exploit("profile hook inflating the subtracted overhead", A + "profile_hook_spin.py", "flagged",
             "static:profile_hook",
-            "the empty window is timed in the trusted process, out of the hook's reach; static pre-check", HONEST),
+            "the empty window is timed in a process of the harness's (eager's own, or the trusted one), out of the "
+            "hook's reach; static pre-check", HONEST),
     Exploit("timing module patched through an alias", A + "timing_alias_patch.py", "flagged", "timed_outputs",
             "the window's outputs are judged element by element in the trusted process; static pre-check", HONEST),
     Exploit("constant with the right sums once timed", A + "constant_once_timed.py", "flagged", "timed_outputs",
