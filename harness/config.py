@@ -54,6 +54,11 @@ class Settings(BaseSettings):
         description="What the candidate's time over each baseline's must be known to (95%, relative) for the timed "
                     "rounds to end before their most; 0 runs every round.",
     )
+    timing_warmup_rounds: int = Field(
+        default=2, ge=1,
+        description="Untimed rounds of every kind's windows before the timed ones (lazy initialisation, autotuning, "
+                    "torch.compile's first calls; the windows sized again after each).",
+    )
     window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
     window_fixed_cost_factor: float = Field(

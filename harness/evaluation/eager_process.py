@@ -16,10 +16,12 @@ harness's failure (`TrustedFailed`), never the submission's.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from harness.evaluation.handles import Candidate, CandidateStopped, TrustedFailed
-from harness.evaluation.protocol import CandidateCommand
+from harness.evaluation.protocol import CandidateCommand, Fingerprint, Scales, Window
 from harness.sandbox.process import Message
 from harness.schema import MemoryPlan, Observations
 from harness.verdicts import Phase
@@ -62,6 +64,43 @@ class EagerProcess:
     def __init__(self, proc: Candidate):
         self.proc = proc
         self.obs: Observations = proc.obs  # its own, never the evaluation's
+        self._readying: threading.Thread | None = None
+        self._ready_error: BaseException | None = None
+
+    def begin_ready(self, commands: Sequence[CandidateCommand], import_limit_s: float, idle_limit_s: float,
+                    limit_s: float, warm_seeds: tuple[int, int, int], tolerance: tuple[float, float]) -> None:
+        """Made ready in a thread of the parent's, beside the candidate's trials and the judge (nothing of either is
+        timed): its import awaited, `commands` (its model built, then given the candidate's parameters), then one
+        untimed window of one call on inputs of its own making, fingerprinted and scaled, so that its first timed
+        window and fingerprint find their kernels loaded and its libraries' handles made, as the candidate's trials
+        leave the candidate's; then paused. `await_ready` waits for it, and raises what it failed with. On an H100
+        the build and these first calls took 0.5-1.2 s of every warm evaluation's time when they came after the judge.
+        """
+        seed, forward_seed, key = warm_seeds
+        atol, rtol = tolerance
+
+        def ready() -> None:
+            try:
+                self.imported(import_limit_s, idle_limit_s)
+                for command in commands:
+                    self.request(command, limit_s, Phase.compile)
+                self.request(Window(seeds=[seed], forward_seeds=[forward_seed]), limit_s)
+                self.request(Fingerprint(key=key), limit_s)
+                self.request(Scales(atol=atol, rtol=rtol), limit_s)
+                self.pause()
+            except BaseException as e:  # noqa: BLE001 - raised again in the evaluation's thread (await_ready)
+                self._ready_error = e
+
+        self._readying = threading.Thread(target=ready, name="eager-ready", daemon=True)
+        self._readying.start()
+
+    def await_ready(self) -> None:
+        """Wait for `begin_ready`'s thread; raise what it failed with (TrustedFailed: the harness's)."""
+        if self._readying is not None:
+            self._readying.join()
+            self._readying = None
+        if self._ready_error is not None:
+            raise self._ready_error
 
     def request(self, command: CandidateCommand, limit_s: float, phase: Phase = Phase.timing,
                 clock_from_resume: bool = False) -> Message:
@@ -100,8 +139,19 @@ class EagerProcess:
     def keep_to(self, cores: list[int] | None) -> bool:
         return self.proc.keep_to(cores)
 
+    def stop(self) -> None:
+        """Told to exit (its CUDA context's teardown goes on beside the candidate's; `finish` waits). One still being
+        made ready is killed instead: the readying thread's commands and `exit` must not share its channel."""
+        if self.proc.ended:
+            return
+        if self._readying is not None and self._readying.is_alive():
+            self.proc.proc.kill()
+            self._readying.join(timeout=30)
+        else:
+            self.proc.stop()
+
     def finish(self) -> None:
         """Told to exit and ended (idempotent)."""
         if not self.proc.ended:
-            self.proc.stop()
+            self.stop()
             self.proc.finish()

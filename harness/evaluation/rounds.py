@@ -5,8 +5,8 @@ empty one's, in an order drawn for the round), on the parent's clock. After the 
 that window's outputs (what it takes beyond the trusted side's same work is charged to the window) and, where the
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
-CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Two untimed rounds
-first warm every kind up and size the windows; where the plan names a busy core, a spinner runs there through all of
+CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Untimed rounds
+(the plan's `warmup_rounds`) first warm every kind up and size the windows; where the plan names a busy core, a spinner runs there through all of
 them (busy_core.py). The timed rounds end after the plan's fewest once the candidate's ratio
 to each baseline, paired by round, is known to the plan's aim (windows.paired_halfwidth), else at its most.
 
@@ -64,7 +64,7 @@ class RoundsPlan:
     """What the rounds are: how many, of which kinds, how long a window should last, on which device."""
 
     device: str  # cuda | cpu
-    rounds: int  # the most timed rounds, after two warm-up rounds
+    rounds: int  # the most timed rounds, after `warmup_rounds`
     kinds: tuple[str, ...]  # candidate, eager, empty, and compile where torch.compile is a baseline
     window_ms: float  # what a window should last
     calls: int  # a window's calls at the reference's speed (windows.calls_per_window), before any is timed
@@ -92,6 +92,9 @@ class RoundsPlan:
     # `rounds`. 0: every round.
     least_rounds: int | None = None
     known_to: float = 0.0
+    # The untimed rounds before them (every kind's windows, the last one's fingerprints let go), each sizing the
+    # windows again.
+    warmup_rounds: int = 2
 
     def fewest(self) -> int:
         """The timed rounds an evaluation runs at least."""
@@ -194,13 +197,13 @@ class TimedRounds:
         # to rounds that end early.
         chance = windows.check_chance(p.fewest(), p.output_bytes)
         traced = self.draw.randrange(p.fewest()) if p.traced else None  # the timed round whose window is traced
-        r, last = -2, False
-        while not last:  # rounds -2 and -1 warm up: lazy initialisation, autotuning, torch.compile
+        r, last = -p.warmup_rounds, False
+        while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
             last = r >= 0 and self._last_round(r, calls, walls)
             # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
             # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
             # the same calls, the number its time is divided by.
-            if -2 < r <= 0:
+            if -p.warmup_rounds < r <= 0:
                 for kind in sized:
                     sized[kind] = max(sized[kind], windows.resize(calls, walls[kind][-1], p.window_ms, p.most_calls,
                                                                   fixed_ms, p.call_overhead_ms, p.fixed_cost_factor))

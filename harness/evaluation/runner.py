@@ -175,6 +175,7 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
                 return ev.provenance, ev.size
             ev.construct()
             prepared = ev.prepared()
+            ev.ready_eager()  # beside the trials and the judge
             ev.run_trials()
             if ev.judge() and options.timing:  # only a candidate judged correct is timed
                 rounds = ev.timed_rounds(prepared)
@@ -498,8 +499,8 @@ class _Evaluation:
                                        self.run_limit, Phase.compile)
         self.obs.state_dict = StateDictCopy.model_validate(reply.fields.get("state_dict") or {})
         self.phases.end("candidate_parameters")
-        # Eager's own process builds the same model with the same parameters once the candidate is judged
-        # (`_eager_for_rounds`): its import goes on beside the candidate's trials and the judge meanwhile.
+        # Eager's own process builds the same model with the same parameters beside the candidate's trials and the
+        # judge (`ready_eager`).
         self.eager_commands = (Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
                                LoadParameters(state_dict=written["state_dict"], segments=segments))
 
@@ -568,7 +569,8 @@ class _Evaluation:
             core=core, held=held, busy_core=busy_core.busy_core(self.settings.busy_core, device, core),
             # Rounds asked for by number (options.windows) run every one.
             least_rounds=None if self.options.windows else self.settings.timing_windows_least,
-            known_to=0.0 if self.options.windows else self.settings.timing_known_to)
+            known_to=0.0 if self.options.windows else self.settings.timing_known_to,
+            warmup_rounds=self.settings.timing_warmup_rounds)
         eager = self._eager_for_rounds()
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs, eager=eager,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),
@@ -577,25 +579,32 @@ class _Evaluation:
                                   idle_processes=self._idle_processes)
         return self.rounds
 
+    def ready_eager(self) -> None:
+        """Eager's own process, where one was started and the memory plan leaves room for it (eager_process.fits),
+        imported, built with the candidate's parameters and its first calls made in a thread of the parent's, beside
+        the candidate's trials and the judge (`EagerProcess.begin_ready`); else it ends here and the trusted process
+        times eager."""
+        if self.eager is None:
+            return
+        assert self.provenance is not None and self.eager_commands is not None
+        if not eager_process.fits(self.obs.memory_plan, staged=self._windows_staged(self.provenance.device)):
+            self.eager.finish()
+            self.eager, self.obs.eager_process_note = None, eager_process.NO_ROOM
+            return
+        draw = self._window_seeds
+        self.eager.begin_ready(self.eager_commands, self.options.compile_timeout_s or self.spec.compile_timeout_s,
+                               self.settings.import_idle_timeout_s, self.run_limit,
+                               (draw.randrange(1 << 62), draw.randrange(1 << 62), draw.randrange(1 << 62)),
+                               (self.tolerance.atol, self.tolerance.rtol))
+
     def _eager_for_rounds(self) -> EagerProcess | None:
-        """Eager's own process for the timed rounds where one was started and the memory plan leaves room for it
-        (eager_process.fits), imported and built now; else it ends here and the trusted process times eager."""
+        """Eager's own process for the timed rounds, once ready (`ready_eager`); None: the trusted process times
+        eager."""
         if self.eager is None:
             self.obs.eager_process = "trusted"
             return None
-        assert self.provenance is not None
-        if not eager_process.fits(self.obs.memory_plan, staged=self._windows_staged(self.provenance.device)):
-            self.eager.finish()
-            self.eager, self.obs.eager_process, self.obs.eager_process_note = None, "trusted", eager_process.NO_ROOM
-            return None
-        self.eager.imported(self.options.compile_timeout_s or self.spec.compile_timeout_s,
-                            self.settings.import_idle_timeout_s)
-        self.phases.end("eager_import")
-        assert self.eager_commands is not None
-        for command in self.eager_commands:  # the model the candidate's was: built, then given the same parameters
-            self.eager.request(command, self.run_limit, Phase.compile)
-        self.eager.pause()
-        self.phases.end("eager_construct")
+        self.eager.await_ready()
+        self.phases.end("eager_ready")
         self.obs.eager_process = "own"
         return self.eager
 
@@ -638,6 +647,8 @@ class _Evaluation:
         """The harness has all it asks of the candidate: its process exits on its own, and is ended."""
         assert self.candidate is not None
         self.candidate.stop()
+        if self.eager is not None:  # both told first: their CUDA contexts' teardowns go on side by side
+            self.eager.stop()
         self.candidate.finish()
         if self.eager is not None:
             self.eager.finish()

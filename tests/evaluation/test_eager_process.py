@@ -4,6 +4,7 @@ it, a plan without room keeps eager in the trusted process, and its failures are
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_eager_in_its_own_process_passes_the_honest_submission_with_every_window
     assert r.verdict == Verdict.passed, r.message
     o = r.observations
     assert o.eager_process == "own" and o.eager_process_note is None
-    assert "eager_import" in o.phases and "eager_construct" in o.phases
+    assert "eager_ready" in o.phases
     assert o.eager_timing is not None and o.candidate_timing is not None
     assert o.eager_timing.n == o.candidate_timing.n and o.eager_timing.paired_speedup is not None
     check = o.timed_outputs
@@ -80,7 +81,7 @@ def test_untimed_evaluations_start_no_process_for_eager(own, registry):
     text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
     r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small", timing=False), own)
     assert r.verdict == Verdict.passed, r.message
-    assert r.observations.eager_process is None and "eager_import" not in r.observations.phases
+    assert r.observations.eager_process is None and "eager_ready" not in r.observations.phases
 
 
 @pytest.mark.parametrize("e", ENTRIES, ids=[e.name for e in ENTRIES])
@@ -147,3 +148,56 @@ def test_a_failure_of_eagers_own_process_is_the_harnesss_with_what_it_said():
         eager.request(Window(seeds=[1], forward_seeds=[2]), 1.0)
     with pytest.raises(TrustedFailed, match="at 'import'"):
         eager.imported(1.0, 1.0)
+
+
+def test_eagers_readying_failure_is_raised_where_the_rounds_wait_for_it():
+    """Made ready in a thread beside the trials, eager's failure is still the harness's, raised to the evaluation."""
+    eager = EagerProcess(_Stopping())  # type: ignore[arg-type]
+    eager.begin_ready([], 1.0, 1.0, 1.0, (1, 2, 3), (1e-4, 1e-4))
+    with pytest.raises(TrustedFailed, match="eager's own process failed at 'import': RuntimeError: CUDA error"):
+        eager.await_ready()
+
+
+class _Importing:
+    """A handle whose process is still importing when the evaluation ends (the candidate failed its trials first)."""
+
+    def __init__(self):
+        self.obs, self.exit, self.sent_at, self.ended = Observations(), ChildExit(phase=Phase.compile), 0.0, False
+        self.killed, self.said_exit = threading.Event(), False
+        self.proc = self  # Candidate.proc: the process itself
+
+    def await_imported(self, *args):
+        self.killed.wait(10)
+        raise CandidateStopped
+
+    def kill(self):
+        self.killed.set()
+
+    def stop(self):  # `exit` on the channel the readying thread is using
+        self.said_exit = True
+
+    def finish(self):
+        self.ended = True
+
+
+def test_an_eager_process_still_being_readied_is_killed_not_told_to_exit():
+    """The readying thread owns the channel while it runs: `exit` written beside its commands could interleave with
+    them, so a process still being made ready is killed, the thread's failure let go, and it ends all the same."""
+    handle = _Importing()
+    eager = EagerProcess(handle)  # type: ignore[arg-type]
+    eager.begin_ready([], 30.0, 30.0, 30.0, (1, 2, 3), (1e-4, 1e-4))
+    eager.finish()
+    assert handle.killed.is_set() and not handle.said_exit and handle.ended
+    assert eager._readying is None or not eager._readying.is_alive()
+
+
+def test_a_candidate_judged_wrong_ends_eagers_process_made_ready_beside_its_trials(own, registry):
+    """Eager's process, built beside the trials, ends with the evaluation whose candidate failed them: the verdict is
+    the candidate's, nothing the harness's."""
+    text = (SUBMISSIONS / "l75_shape_b1.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), own)
+    assert r.verdict in (Verdict.shape_mismatch, Verdict.wrong_answer), r.message
+    assert r.observations.reference_error is None
+    assert "eager_ready" not in r.observations.phases  # never waited for: no rounds
+    job = r.job_dir
+    assert job is not None and (Path(job) / "eager.log").exists()

@@ -113,14 +113,14 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     # evaluation's wall time. Without a target the candidate starts after the probe, so the trusted side's
     # preparation runs during its import; the candidate constructs while the trusted side draws the parameters, and
     # takes them while it makes the trials.
-    # Eager's own process, started beside the candidate, is waited for once the judge has passed it, and builds its
-    # model then. The timed rounds' time is split into the windows and the checks between them, in the order the
+    # Eager's own process, started beside the candidate, builds its model and makes its first calls beside the
+    # trials and the judge, and is waited for once the judge has passed the candidate. The timed rounds' time is split into the windows and the checks between them, in the order the
     # first round drew its kinds; the CPU's windows are staged, each after a lead-in.
     names = list(o.phases)
-    assert names[:13] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
+    assert names[:12] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
-                          "judge", "eager_import", "eager_construct", "timing_warmup"]
-    assert set(names[13:-3]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers", "pauses"}
+                          "judge", "eager_ready", "timing_warmup"]
+    assert set(names[12:-3]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers", "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch

@@ -245,7 +245,7 @@ def test_eagers_own_process_starts_ahead_beside_the_candidate_and_serves_its_eva
         time.sleep(4)  # torch imported by both
         r = evaluate(spec, text, options, own)
         assert r.verdict == Verdict.passed, r.message + r.log_excerpt
-        assert r.observations.eager_process == "own" and r.observations.phases["eager_import"] < 1.0
+        assert r.observations.eager_process == "own" and r.observations.phases["eager_ready"] < 1.0
         assert eager.proc.ended and (spare.job / "eager.log").exists()
         assert prestart(spec, text, options, own)
         # A second job of the same problem started ahead beside it gets its eager process too, not waiting on the
