@@ -88,7 +88,7 @@ class EagerProcess:
                 self.request(Fingerprint(key=key), limit_s)
                 self.request(Scales(atol=atol, rtol=rtol), limit_s)
                 self.pause()
-            except BaseException as e:  # noqa: BLE001 - raised again in the evaluation's thread (await_ready)
+            except BaseException as e:  # raised again in the evaluation's thread (await_ready)
                 self._ready_error = e
 
         self._readying = threading.Thread(target=ready, name="eager-ready", daemon=True)

@@ -6,9 +6,10 @@ that window's outputs (what it takes beyond the trusted side's same work is char
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Untimed rounds
-(the plan's `warmup_rounds`) first warm every kind up and size the windows; where the plan names a busy core, a spinner runs there through all of
-them (busy_core.py). The timed rounds end after the plan's fewest once the candidate's ratio
-to each baseline, paired by round, is known to the plan's aim (windows.paired_halfwidth), else at its most.
+(the plan's `warmup_rounds`) first warm every kind up and size the windows; where the plan names a busy core, a
+spinner runs there through all of them (busy_core.py). The timed rounds end after the plan's fewest once the
+candidate's ratio to each baseline, paired by round, is known to the plan's aim (windows.paired_halfwidth), else at
+its most.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
 into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives

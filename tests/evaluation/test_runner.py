@@ -114,8 +114,9 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     # preparation runs during its import; the candidate constructs while the trusted side draws the parameters, and
     # takes them while it makes the trials.
     # Eager's own process, started beside the candidate, builds its model and makes its first calls beside the
-    # trials and the judge, and is waited for once the judge has passed the candidate. The timed rounds' time is split into the windows and the checks between them, in the order the
-    # first round drew its kinds; the CPU's windows are staged, each after a lead-in.
+    # trials and the judge, and is waited for once the judge has passed the candidate. The timed rounds' time is
+    # split into the windows and the checks between them, in the order the first round drew its kinds; the CPU's
+    # windows are staged, each after a lead-in.
     names = list(o.phases)
     assert names[:12] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
