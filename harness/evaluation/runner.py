@@ -363,9 +363,9 @@ class _Evaluation:
 
     def _start_eager(self, device: str) -> None:
         """Eager's own process (eager_process.py), where the settings ask for one on this device and the evaluation is
-        timed; it imports beside the candidate (and builds its model after the judge). Said in the observations either
-        way. With staged windows it takes its windows' inputs from a window segment of its own, as the candidate does
-        from the candidate's."""
+        timed; it imports beside the candidate (and builds its model beside the trials: `ready_eager`). Said in the
+        observations either way. With staged windows it takes its windows' inputs from a window segment of its own, as
+        the candidate does from the candidate's."""
         if not starts.eager_wanted(self.options, self.settings, device):
             return
         if self.eager is not None:
