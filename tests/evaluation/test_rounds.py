@@ -208,12 +208,13 @@ def _rounds(tmp_path: Path, trusted: FakeTrusted, candidate: FakeCandidate, *, d
             kinds: tuple[str, ...] = ("candidate", "eager", "empty"), idle_wait_s: float = 0.0,
             traced: bool = False, gpu_processes: Callable[[], list[list[int]]] | None = None, staged: bool = False,
             core: int | None = None, least_rounds: int | None = None, known_to: float = 0.0,
-            busy_core: int | None = None, held: bool = False) -> tuple[TimedRounds, list[str]]:
+            busy_core: int | None = None, held: bool = False, warmup_rounds: int = 2
+            ) -> tuple[TimedRounds, list[str]]:
     phases: list[str] = []
     plan = RoundsPlan(device=device, rounds=rounds, kinds=kinds, window_ms=100.0, calls=10, most_calls=64,
                       output_bytes=1024, tolerance=TOL, idle_wait_s=idle_wait_s, traced=traced, staged=staged,
                       lead_in_ms=20.0 if staged else 0.0, core=core, least_rounds=least_rounds, known_to=known_to,
-                      busy_core=busy_core, held=held)
+                      busy_core=busy_core, held=held, warmup_rounds=warmup_rounds)
     candidate.events = trusted.events  # one list: the order of both sides' commands
     candidate.segment = lambda: trusted.segment
     r = TimedRounds(plan, trusted, candidate, Observations(pause_method="cgroup_freeze"),  # type: ignore[arg-type]
@@ -249,6 +250,21 @@ def test_honest_rounds_time_every_kind_on_windows_sized_on_the_slower_of_candida
     assert trusted.commands[-1] == "judge_handovers" and rounds.comparing
     assert rounds.handovers_compared() and len(check.calls) == check.expected == len(check.checked)
     assert not rounds.handovers_compared()  # collected once
+
+
+def test_one_warm_up_round_sizes_the_windows_on_it_and_fingerprints_in_it(tmp_path):
+    """With one warm-up round (HARNESS_TIMING_WARMUP_ROUNDS=1): the one-call window, one round of every kind sized on
+    it, then the timed windows sized on that round's slower kind; the warm-up round fingerprints (its figures let go)
+    as the last of two does."""
+    trusted, candidate = FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "outputs", call_ms=5.0)
+    rounds, phases = _rounds(tmp_path, trusted, candidate, warmup_rounds=1)
+    rounds.run()
+    obs = rounds.obs
+    assert len(candidate.windows) == 1 + 1 + 5 and set(candidate.windows[2:]) == {10}
+    assert phases.count("timing_warmup") == 1
+    assert obs.candidate_timing is not None and obs.candidate_timing.n == 5
+    assert obs.candidate_timing.median_ms == pytest.approx(5.0 + (0.8 - 0.2 - 0.3) / 10)
+    assert trusted.commands.count("fingerprint") == 6  # the warm-up round's and the five timed rounds'
 
 
 def test_fingerprints_off_the_references_are_mismatches_and_their_honest_twin_has_none(tmp_path):
