@@ -113,8 +113,10 @@ def render_problems(rep: throughput.ThroughputReport, console: Console) -> None:
         verdict = "no warm evaluation (give -n at least 2 per problem)" if f.median_warm_s is None else \
             "met" if f.median_warm_s <= throughput.WARM_MEDIAN_BAR_S else "NOT met"
         shown = "-" if f.median_warm_s is None else f"{f.median_warm_s:.2f} s"
-        console.print(f"bar: {problem} median warm evaluation {shown} <= {throughput.WARM_MEDIAN_BAR_S:g} s: {verdict}",
-                      soft_wrap=True)
+        speed = f"; vs eager {min(f.speedups_vs_eager):.3f}x-{max(f.speedups_vs_eager):.3f}x, median " \
+                f"{statistics.median(f.speedups_vs_eager):.3f}x" if f.speedups_vs_eager else ""
+        console.print(f"bar: {problem} median warm evaluation {shown} <= {throughput.WARM_MEDIAN_BAR_S:g} s: {verdict}"
+                      f"{speed}", soft_wrap=True)
 
 
 @app.command("throughput")

@@ -163,6 +163,8 @@ class ProblemFigures(BaseModel):
     evaluations: int
     warm: int  # of which with the trusted process warm (an earlier evaluation of the problem on the slot kept it)
     median_warm_s: float | None  # their median seconds in the slot; None where none was warm (its one evaluation)
+    # Each evaluation's speedup over eager, in order (an A/A copy's is its A/A); empty in reports written before it.
+    speedups_vs_eager: list[float] = []
 
 
 def problem_figures(evaluations: Sequence[dict[str, Any]]) -> dict[str, ProblemFigures]:
@@ -173,7 +175,9 @@ def problem_figures(evaluations: Sequence[dict[str, Any]]) -> dict[str, ProblemF
         mine = [e for e in evaluations if e["problem"] == problem]
         warm = [e["seconds"] for e in mine if e["trusted_warm"]]
         out[problem] = ProblemFigures(evaluations=len(mine), warm=len(warm),
-                                      median_warm_s=round(statistics.median(warm), 3) if warm else None)
+                                      median_warm_s=round(statistics.median(warm), 3) if warm else None,
+                                      speedups_vs_eager=[e["speedup_vs_eager"] for e in mine
+                                                         if e.get("speedup_vs_eager") is not None])
     return out
 
 
@@ -199,7 +203,8 @@ class ModeReport(BaseModel):
     # The slot's wall seconds of each evaluation whose trusted process was warm (an earlier evaluation of its problem
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
-    # Each evaluation in the order they ended: problem, seconds in the slot, verdict, trusted_warm, candidate_ahead,
+    # Each evaluation in the order they ended: problem, seconds in the slot, verdict, flags, speedup_vs_eager,
+    # trusted_warm, candidate_ahead,
     # its phases (observations.phases) and what its timed windows cost (Observations.window_costs).
     evaluations: list[dict[str, Any]] = []
     # `problem_figures(evaluations)`, by problem id: the median warm evaluation of each. Empty in reports written
@@ -325,6 +330,8 @@ def run_mode(mode: str, variants: list[Variant], settings: Settings, registry: R
         for name, secs in (r.observations.phases if r is not None else {}).items():
             phases[name] = phases.get(name, 0.0) + secs
     evaluations = [{"problem": p, "seconds": round(secs, 3), "verdict": r.verdict.value if r else None,
+                    "flags": [f.check for f in r.flags] if r else [],
+                    "speedup_vs_eager": round(r.speedup_vs_eager, 4) if r and r.speedup_vs_eager else None,
                     "trusted_warm": bool(r and r.observations.trusted_warm),
                     "candidate_ahead": bool(r and r.observations.candidate_ahead),
                     "phases": {k: round(v, 3) for k, v in (r.observations.phases if r else {}).items()},

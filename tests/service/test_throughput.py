@@ -97,21 +97,23 @@ def test_aa_copies_run_the_warm_mode_alone_and_refuse_the_modes_that_measure_bui
         throughput.check_modes(["pipelined"], mixed)
 
 
-def _evaluation(problem: str, seconds: float, warm: bool) -> dict:
-    return {"problem": problem, "seconds": seconds, "verdict": "passed", "trusted_warm": warm,
-            "candidate_ahead": warm, "phases": {}, "windows": {}}
+def _evaluation(problem: str, seconds: float, warm: bool, speedup: float | None = None) -> dict:
+    return {"problem": problem, "seconds": seconds, "verdict": "passed", "flags": [], "speedup_vs_eager": speedup,
+            "trusted_warm": warm, "candidate_ahead": warm, "phases": {}, "windows": {}}
 
 
 def test_each_problem_s_median_is_over_its_evaluations_with_the_trusted_process_warm():
-    records = [_evaluation("level1/19", 20.0, False), _evaluation("level1/19", 1.0, True),
-               _evaluation("level1/19", 3.0, True), _evaluation("level1/19", 2.0, True),
+    records = [_evaluation("level1/19", 20.0, False, 0.99), _evaluation("level1/19", 1.0, True, 1.01),
+               _evaluation("level1/19", 3.0, True, 1.0), _evaluation("level1/19", 2.0, True, 0.98),
                _evaluation("level3/1", 9.0, False), _evaluation("level3/1", 2.4, True),
                _evaluation("level2/75", 8.0, False)]
     figures = throughput.problem_figures(records)
     assert list(figures) == ["level1/19", "level2/75", "level3/1"]
-    assert figures["level1/19"].model_dump() == {"evaluations": 4, "warm": 3, "median_warm_s": 2.0}  # not the cold 20
+    assert figures["level1/19"].model_dump() == {"evaluations": 4, "warm": 3, "median_warm_s": 2.0,  # not the cold 20
+                                                 "speedups_vs_eager": [0.99, 1.01, 1.0, 0.98]}
     assert figures["level3/1"].median_warm_s == 2.4
-    assert figures["level2/75"].model_dump() == {"evaluations": 1, "warm": 0, "median_warm_s": None}  # its cold one
+    assert figures["level2/75"].model_dump() == {"evaluations": 1, "warm": 0, "median_warm_s": None,  # its cold one
+                                                 "speedups_vs_eager": []}
     warm = _mode("warm", 60.0, submissions=7, verdicts={"passed": 7}, evaluations=records, per_problem=figures)
     rep = throughput.ThroughputReport(device="cuda", device_name="H200", n=7, distinct_sources=7, origins=["x"],
                                       arch_list=None, modes=[warm])
@@ -122,7 +124,8 @@ def test_each_problem_s_median_is_over_its_evaluations_with_the_trusted_process_
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()
             if line.startswith("│ level")}
     assert rows == {"level1/19": "2.00 (3 of 4)", "level2/75": "- (0 of 1)", "level3/1": "2.40 (1 of 2)"}
-    assert "bar: level1/19 median warm evaluation 2.00 s <= 2.5 s: met" in out
+    # With each evaluation's speedup over eager beside it (an A/A copy's: its A/A), of all four.
+    assert "bar: level1/19 median warm evaluation 2.00 s <= 2.5 s: met; vs eager 0.980x-1.010x, median 0.995x" in out
     assert "bar: level3/1 median warm evaluation 2.40 s <= 2.5 s: met" in out
     assert "bar: level2/75 median warm evaluation - <= 2.5 s: no warm evaluation (give -n at least 2" in out
     slow = throughput.problem_figures([_evaluation("level3/1", 9.0, False), _evaluation("level3/1", 2.6, True)])
