@@ -352,6 +352,9 @@ class Observations(BaseModel):
     # Set where the candidate's warm-up windows sized the timed ones below what eager's speed asks for, and its timed
     # windows then ran far short of their target: a figure from such short windows is not ranked.
     windows_sized_down: str | None = None
+    # Each kind's untimed windows before the timed rounds, in order, as [calls, ms on the parent's clock]: the
+    # candidate's one-call window first, then each warm-up round's. What the timed windows were sized on.
+    warmup_windows: dict[str, list[list[float]]] = Field(default_factory=dict)
     # Why the timed windows made their own inputs rather than taking them from the window segment (RoundsPlan.staged);
     # None where they took them, or where there was no segment to take them from (a CUDA evaluation exchanging through
     # host memory).

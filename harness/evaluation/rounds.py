@@ -198,6 +198,8 @@ class TimedRounds:
         # to rounds that end early.
         chance = windows.check_chance(p.fewest(), p.output_bytes)
         traced = self.draw.randrange(p.fewest()) if p.traced else None  # the timed round whose window is traced
+        warm = obs.warmup_windows = {kind: [] for kind in self.kinds}
+        warm["candidate"].append([1, round(one_call_ms, 4)])
         r, last = -p.warmup_rounds, False
         while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
             last = r >= 0 and self._last_round(r, calls, walls)
@@ -213,12 +215,18 @@ class TimedRounds:
                 for kind in self.kinds:
                     walls[kind].clear()
                     seen[kind].clear()
+            timed_before = {kind: len(walls[kind]) for kind in walls}
             self._round(r, calls, traced, chance, walls, seen, check, last)
+            if r < 0:  # each kind that timed a window this round (a torch.compile that failed timed none)
+                for kind, n in timed_before.items():
+                    if len(walls[kind]) > n:
+                        warm[kind].append([calls, round(walls[kind][-1], 4)])
             self.phase("timing_warmup" if r < 0 else "timed_windows")
             r += 1
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
-        obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms)
+        obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms,
+                                                    warm["candidate"])
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in self.kinds}
         # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
         assert check.handover_slack_ms is not None

@@ -109,15 +109,19 @@ def round_trip_ms(pings_ms: list[float]) -> float:
     return statistics.median(pings_ms) if pings_ms else 0.0
 
 
-def sized_down(calls: int, by_eager: int, candidate_ms: list[float], window_ms: float) -> str | None:
+def sized_down(calls: int, by_eager: int, candidate_ms: list[float], window_ms: float,
+               warmup: list[list[float]] | None = None) -> str | None:
     """Why windows sized below what eager's speed asks for, on the candidate's (slow) warm-up windows, cannot rank:
     when timed they lasted under half their target. Such short windows let a faster reply of the candidate's own
-    count for more of each window. None where the sizing held."""
+    count for more of each window. None where the sizing held. `warmup`: the candidate's untimed windows as [calls,
+    ms], said with it (what the sizing saw)."""
     timed_ms = statistics.median(candidate_ms)
     if calls >= by_eager or timed_ms >= window_ms / 2:
         return None
+    seen = "; its untimed windows: " + ", ".join(f"{int(c)} call{'s' if c != 1 else ''} in {ms:.3g} ms"
+                                                 for c, ms in warmup) if warmup else ""
     return (f"windows of {calls} calls (eager's speed asks for {by_eager}), sized on the candidate's warm-up windows, "
-            f"lasted {timed_ms:.3g} ms when timed, under half the {window_ms:g} ms aimed at")
+            f"lasted {timed_ms:.3g} ms when timed, under half the {window_ms:g} ms aimed at{seen}")
 
 
 def check_chance(rounds: int, output_bytes: int) -> float:

@@ -146,12 +146,16 @@ def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
 
 
 def windows_of(observations: Any) -> dict[str, dict[str, list[float]]]:
-    """Each timed kind's windows (`windows_ms`) and charges (`charged_ms`), in round order."""
+    """Each timed kind's windows (`windows_ms`) and charges (`charged_ms`), in round order, and its untimed windows
+    before them (`warmup_calls`, `warmup_ms`: what the timed ones were sized on)."""
     out: dict[str, dict[str, list[float]]] = {}
+    warm = getattr(observations, "warmup_windows", None) or {}
     for kind in ("candidate", "eager"):
         timing = getattr(observations, f"{kind}_timing", None)
         if timing is not None:
-            out[kind] = {"windows_ms": list(timing.windows_ms), "charged_ms": list(timing.charged_ms)}
+            out[kind] = {"windows_ms": list(timing.windows_ms), "charged_ms": list(timing.charged_ms),
+                         "warmup_calls": [c for c, _ in warm.get(kind, [])],
+                         "warmup_ms": [ms for _, ms in warm.get(kind, [])]}
     return out
 
 

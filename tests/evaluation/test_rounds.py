@@ -285,6 +285,31 @@ def test_a_candidate_slower_than_eager_sizes_the_windows_down_and_says_so_only_w
     assert rounds.obs.windows_sized_down is None
 
 
+def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_untimed_windows_it_was_sized_on(tmp_path):
+    """Slow (50 ms a call) in its one-call window and both warm-up rounds, fast (5 ms) once timed: the windows are
+    sized down to 2 calls where eager asks for 10 and last 11 ms when timed, so the figure is not ranked; the reason
+    names the untimed windows that sized them, each kind's kept in the observations (a report then says why)."""
+    candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    windows_seen = candidate.windows
+    real = candidate.request
+
+    def fast_once_timed(command: Any, *args: Any, **kwargs: Any) -> Message:
+        if command.cmd == "window" and len(windows_seen) == 3:  # one-call window and two warm-up rounds done
+            candidate.call_ms = 5.0
+        return real(command, *args, **kwargs)
+
+    candidate.request = fast_once_timed  # type: ignore[method-assign]
+    rounds.run()
+    obs = rounds.obs
+    assert obs.candidate_timing is not None and obs.candidate_timing.calls_per_window == 2
+    warm = obs.warmup_windows
+    assert [c for c, _ in warm["candidate"]] == [1, 2, 2] and warm["candidate"][0][1] == pytest.approx(51.0)
+    assert len(warm["eager"]) == len(warm["empty"]) == 2
+    assert obs.windows_sized_down is not None
+    assert "its untimed windows: 1 call in 51 ms, 2 calls in 101 ms, 2 calls in 101 ms" in obs.windows_sized_down
+
+
 def test_a_compile_baseline_that_cannot_compile_is_dropped_and_said(tmp_path):
     rounds, _ = _rounds(tmp_path, FakeTrusted(compile_fails=True), FakeCandidate(tmp_path / "o"),
                         kinds=("candidate", "eager", "empty", "compile"))

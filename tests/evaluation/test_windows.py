@@ -123,6 +123,9 @@ def test_windows_sized_down_on_slow_warm_ups_and_short_when_timed_cannot_rank():
     # A submission slow only while the windows were sized: 2 calls a window where eager asks for 19, 3 ms timed.
     why = windows.sized_down(2, 19, [3.0, 2.9, 3.2], 60.0)
     assert why and "2 calls" in why and "19" in why
+    # Said with the untimed windows it was sized on, where they are given.
+    why = windows.sized_down(2, 19, [3.0, 2.9, 3.2], 60.0, [[1, 31.0], [2, 61.5]])
+    assert why and why.endswith("; its untimed windows: 1 call in 31 ms, 2 calls in 61.5 ms")
     # Its honest twins: slow when timed too (the windows last their target), or sized by eager's speed alone.
     assert windows.sized_down(2, 19, [61.0, 59.0, 62.0], 60.0) is None
     assert windows.sized_down(19, 19, [3.0, 3.0, 3.0], 60.0) is None
