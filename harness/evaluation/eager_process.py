@@ -74,8 +74,8 @@ class EagerProcess:
         untimed window of one call on inputs of its own making, fingerprinted and scaled, so that its first timed
         window and fingerprint find their kernels loaded and its libraries' handles made, as the candidate's trials
         leave the candidate's; then paused. `await_ready` waits for it, and raises what it failed with. On an H100 the
-        build alone took 0.55-0.72 s of each warm level2/75 evaluation when it came after the judge (README,
-        Throughput)."""
+        build alone took 0.55-0.72 s of each warm level2/75 evaluation when it came after the judge
+        (docs/kernelbench.md)."""
         seed, forward_seed, key = warm_seeds
         atol, rtol = tolerance
 

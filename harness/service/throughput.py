@@ -204,8 +204,8 @@ class ModeReport(BaseModel):
     # on this slot kept it): what a loop sending one problem's submissions gets per evaluation once the first is in.
     trusted_warm_s: list[float] = []
     # Each evaluation in the order they ended: problem, seconds in the slot, verdict, flags, speedup_vs_eager,
-    # trusted_warm, candidate_ahead,
-    # its phases (observations.phases) and what its timed windows cost (Observations.window_costs).
+    # trusted_warm, candidate_ahead, its phases (observations.phases) and what its timed windows cost
+    # (Observations.window_costs).
     evaluations: list[dict[str, Any]] = []
     # `problem_figures(evaluations)`, by problem id: the median warm evaluation of each. Empty in reports written
     # before it existed.
