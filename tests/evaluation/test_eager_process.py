@@ -191,6 +191,28 @@ def test_an_eager_process_still_being_readied_is_killed_not_told_to_exit():
     assert eager._readying is None or not eager._readying.is_alive()
 
 
+def test_eagers_process_is_made_ready_before_the_candidates_trials_and_waited_for_after_the_judge(own, registry,
+                                                                                                  monkeypatch):
+    """Its build and first calls overlap the trials and the judge: begun before the first trial, waited for after the
+    judge (on an H100 the build after the judge was 0.55-0.72 s of a warm level2/75 evaluation)."""
+    from harness.evaluation import runner
+
+    events: list[str] = []
+    for cls, name in ((EagerProcess, "begin_ready"), (EagerProcess, "await_ready"),
+                      (runner._Evaluation, "run_trials"), (runner._Evaluation, "judge")):
+        real = getattr(cls, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            events.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, spy)
+    text = (SUBMISSIONS / "l75_pytorch_correct.py").read_text()
+    r = evaluate(registry.get("level2/75"), text, EvalOptions(device="cpu", size="small"), own)
+    assert r.verdict == Verdict.passed, r.message
+    assert events == ["begin_ready", "run_trials", "judge", "await_ready"]
+
+
 def test_a_candidate_judged_wrong_ends_eagers_process_made_ready_beside_its_trials(own, registry):
     """Eager's process, built beside the trials, ends with the evaluation whose candidate failed them: the verdict is
     the candidate's, nothing the harness's."""
