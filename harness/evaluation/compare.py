@@ -13,6 +13,16 @@ import torch
 from harness.schema import RTOL_GRID
 
 
+def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """A flat (row-major) index as one index per dimension, in plain Python. torch.unravel_index checks its
+    arguments through torch._check, whose first call imports sympy: 0.7-2 s of a cold trusted process's first judge."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size) if size else (flat, 0)
+        index.append(i)
+    return index[::-1]
+
+
 def to_float64(obj: Any) -> Any:
     """Floating-point tensors, alone or in lists and tuples, as float64; anything else as it is."""
     if isinstance(obj, torch.Tensor) and obj.is_floating_point():
@@ -128,7 +138,7 @@ def figures(got: torch.Tensor, exp: torch.Tensor, gt: torch.Tensor | None, devic
     fig.update(
         nonfinite_mismatches=bad_nonfinite, max_abs_err=max_abs, max_rel_err=worst_rel,
         min_atol_at_rtol={f"{r:g}": v for r, v in zip(RTOL_GRID, min_atol, strict=True)},
-        worst_index=[int(x) for x in torch.unravel_index(torch.tensor(int(worst_at)), exp.shape)],
+        worst_index=unravel(int(worst_at), tuple(exp.shape)),
         worst_got=worst_got, worst_expected=worst_exp, mismatches_at_eval_tolerance=mismatches,
     )
     if flat_gt is None:  # no float64 ground truth for this reference: the precision figures stay empty
