@@ -356,7 +356,6 @@ class _Evaluation:
             self.obs.memory_reserve_bytes = self.settings.device_memory_reserve_mb << 20
         self.preparing = True
         written = self.trusted.wait("init_args_written", final=False).fields
-        self.obs.reference_parameter_bytes = int(written["parameter_bytes"])
         self.init_arg_count = int(written["init_arg_count"])
         self.init_args = written["init_args"], self._relay(written, eager=True)
         self.phases.end("reference_init")
@@ -486,13 +485,21 @@ class _Evaluation:
         then it takes them."""
         assert self.candidate is not None and self.trusted is not None
         layout, init_segments = self.init_args
-        self.candidate.request(Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
-                               self.run_limit, Phase.compile)
+        try:
+            self.candidate.request(Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
+                                   self.run_limit, Phase.compile)
+        except CandidateStopped:
+            err = self.obs.candidate_error
+            if err is not None and device_out_of_memory(err.exc_type, err.message) is not None:
+                # Whose failure it was counts the reference's parameters (grading), written once it is built.
+                with contextlib.suppress(TrustedFailed):
+                    self._parameters_written()
+            raise
         self.candidate.release_build.close()  # constructed: nothing more is built
         self.phases.end("candidate_construct")
         if self.options.built is not None:
             self.options.built()
-        written = self.trusted.wait("parameters_written", final=False).fields
+        written = self._parameters_written()
         segments = self._relay(written, eager=True)
         self.phases.end("reference_parameters")
         reply = self.candidate.request(LoadParameters(state_dict=written["state_dict"], segments=segments),
@@ -503,6 +510,14 @@ class _Evaluation:
         # judge (`ready_eager`).
         self.eager_commands = (Construct(param_seed=self.param_seed, init_args=layout, segments=init_segments),
                                LoadParameters(state_dict=written["state_dict"], segments=segments))
+
+    def _parameters_written(self) -> dict[str, Any]:
+        """The trusted side's parameters, once written (the reference is built beside the candidate's construct),
+        their bytes in the observations."""
+        assert self.trusted is not None
+        written = self.trusted.wait("parameters_written", final=False).fields
+        self.obs.reference_parameter_bytes = int(written["parameter_bytes"])
+        return written
 
     def run_trials(self) -> None:
         """One trial at a time (then trial 0's inputs again): the trusted side stages its inputs, the candidate runs

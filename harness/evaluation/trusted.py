@@ -117,6 +117,11 @@ def host_available() -> int | None:
     return None
 
 
+def _model_key(cmd: PrepareCommand) -> tuple[str, str, int]:
+    """What a built reference Model is kept for: the problem at its size, the device, the parameters' seed."""
+    return cmd.problem.model_dump_json(), cmd.device, cmd.param_seed
+
+
 class Trusted:
     def __init__(self) -> None:
         self.device = torch.device("cpu")
@@ -157,18 +162,25 @@ class Trusted:
         self.determinism: dict[str, Any] | None = None
         self.output_count = 1  # tensors in the reference's output, once prepared
 
-    def _build(self, cmd: PrepareCommand) -> None:
-        """The problem's module and its reference Model on the device, built once per process: a warm trusted
-        process serves evaluation after evaluation of one problem, size and device, and its torch.compile
-        baseline stays compiled. What the Model was built with is kept to be restored before each evaluation."""
-        key = (cmd.problem.model_dump_json(), cmd.device, cmd.param_seed)
-        if self.model is not None and key == self._built:
-            assert self.initial_state is not None
-            self.model.load_state_dict(self.initial_state)
-            return
+    def _load(self, cmd: PrepareCommand) -> bool:
+        """The problem's module and its init arguments, loaded once per process: a warm trusted process serves
+        evaluation after evaluation of one problem, size and device. True where the Model built for them is kept
+        (`_build` then restores it)."""
+        if self.model is not None and _model_key(cmd) == self._built:
+            return True
+        self.model, self._built = None, None  # another problem's, size's or device's: let go before the next is built
         self.device = problem_module.resolve_device(cmd.device)
         self.module = problem_module.load_problem(cmd.problem)
         self.init_args = list(self.module.get_init_inputs())
+        return False
+
+    def _build(self, cmd: PrepareCommand, kept: bool) -> None:
+        """The reference Model on the device, built once per process (`kept`: built before, restored to the state
+        it was built with), its torch.compile baseline compiled once."""
+        if kept:
+            assert self.model is not None and self.initial_state is not None
+            self.model.load_state_dict(self.initial_state)
+            return
         torch.manual_seed(cmd.param_seed)
         # At the evaluation's precision, as KernelBench casts it: floating-point parameters and buffers only.
         model = self.module.Model(*self.init_args).to(problem_module.dtype_of(cmd.problem.precision))
@@ -177,7 +189,7 @@ class Trusted:
         lazy = any(torch.nn.parameter.is_lazy(v) for v in state.values())
         self.initial_state = None if lazy else {k: v.detach().clone() for k, v in state.items()}
         self.model, self.reference_windows.compiled = model.to(self.device), None
-        self._built = None if lazy else key
+        self._built = None if lazy else _model_key(cmd)
         self.flush = timing.l2_flush_buffer(self.device)
 
     def release(self) -> dict[str, Any]:
@@ -219,16 +231,19 @@ class Trusted:
         timing.pin_thread(None)  # its own cores again, where the last evaluation's rounds did not give them back
         timing.keep_threads(None)  # and its own torch threads (the CPU's one-core rounds run on one)
         clock = timing.Clock(problem_module.resolve_device(cmd.device))
-        self._build(cmd)
+        kept = self._load(cmd)
         # Where this evaluation's segments live: on CUDA as the runner says (exchange_probe), else the host's memory.
         self.exchange_where = cmd.exchange_device if self.device.type == "cuda" else "cpu"
+        init_args = self.init_args
+        layout, specs = self._packed("init_args", list(init_args))
+        # The candidate can construct its model now (on the host, most of its time), beside the reference's build and
+        # the parameters drawn next: a cold level3/11 on the CPU waited 1.9 s for the build before it could begin.
+        self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs)
+        clock.lap("init_args")
+        self._build(cmd, kept)
         clock.lap("build")
         assert self.model is not None
-        init_args, model = self.init_args, self.model
-        layout, specs = self._packed("init_args", list(init_args))
-        # The candidate can construct its model now (on the host, most of its time), beside the parameters drawn next.
-        self.notify("init_args_written", init_arg_count=len(init_args), init_args=layout, segments=specs,
-                    parameter_bytes=tensors.tensor_bytes(list(model.state_dict().values())))
+        model = self.model
         # The Model as built (`_build` restores its state, buffers a forward updates too); since correct means
         # correct for any parameters, its tensors are then drawn anew for this evaluation (parameters.draw_fresh).
         drawn = parameters.draw_fresh(model, cmd.draw_seed, cmd.fixed_parameters) if cmd.fresh_parameters else []
@@ -236,9 +251,10 @@ class Trusted:
         # A tensor of its own each (not a view into a shared storage): copied once, to the CPU, or cloned there.
         state = {k: v.detach().cpu() if v.is_cuda else v.detach().clone() for k, v in model.state_dict().items()}
         layout, specs = self._packed("parameters", state)
+        parameter_bytes = tensors.tensor_bytes(list(state.values()))
         del state
         # The candidate can take them now, beside the trials' expected outputs made next.
-        self.notify("parameters_written", state_dict=layout, segments=specs)
+        self.notify("parameters_written", state_dict=layout, segments=specs, parameter_bytes=parameter_bytes)
         model64: torch.nn.Module | None = None  # made once the plan says where the truth is computed
         clock.lap("init_file")
         distributions = ["get_inputs"] * cmd.trials

@@ -98,7 +98,7 @@ class _FakeTrusted:
 
     def wait(self, reply, final=True):
         return SimpleNamespace(fields={"init_arg_count": 0, "init_args": {"kind": "list", "entries": []},
-                                       "segments": [], "parameter_bytes": 0})
+                                       "segments": []})
 
 
 def _prepare_on_cuda(registry, settings, tmp_path) -> tuple[dict, Observations]:

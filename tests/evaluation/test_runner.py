@@ -668,3 +668,65 @@ def test_a_device_budget_too_small_for_what_the_harness_keeps_shrinks_it_and_one
     assert r.observations.trials == []  # said before the candidate's first trial
     assert f"too large for this device's memory: needs {least / (1 << 30):.2f} GiB" in r.message
     assert "capped at" in r.message and "already shrunk: the outputs that compute nothing" in r.message
+
+
+_SLOW_TO_BUILD = '''import time
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        time.sleep(1.5)  # a network whose layers take seconds to build
+        self.lin = torch.nn.Linear(n, n)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+'''
+
+
+def test_the_candidate_constructs_beside_the_references_build(settings, tmp_path):
+    """The init arguments are written before the reference Model is built, so a cold evaluation's candidate builds its
+    own beside it (level3/11 on the CPU waited 1.9 s). A reference that takes 1.5 s to build, and its own copy as the
+    candidate: the wait for the init arguments holds no build (it held the whole 1.5 s when they came after it), and
+    the reference's parameters, counted with the parameters' message now, are still in the observations."""
+    from harness.problems import load_kernelbench_dir
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "1_SlowToBuild.py").write_text(_SLOW_TO_BUILD)
+    (spec,) = load_kernelbench_dir(level)
+    source = _SLOW_TO_BUILD.replace("class Model(", "class ModelNew(")
+    r = evaluate(spec, source, EvalOptions(device="cpu", size="default", timing=False), settings)
+    assert r.verdict == Verdict.passed, r.message + r.log_excerpt
+    o = r.observations
+    assert o.phases["reference_init"] < 1.0, o.phases
+    assert o.reference_parameter_bytes == 4 * (16 * 16 + 16)
+
+
+def test_a_candidate_out_of_device_memory_in_its_constructor_still_finds_the_references_parameters_counted(
+        settings, tmp_path):
+    """Whose failure a device OOM before the memory plan is counts the reference's parameters (grading: twice them and
+    the reserve); they are counted once the reference is built, which now goes on beside the candidate's construct.
+    A constructor that fails as an OOM waits for that count; one that fails otherwise does not."""
+    from harness.problems import load_kernelbench_dir
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "1_SlowToBuild.py").write_text(_SLOW_TO_BUILD)
+    (spec,) = load_kernelbench_dir(level)
+    for raised, counted in (("torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", True),
+                            ("ValueError('no such layer')", False)):
+        source = _SLOW_TO_BUILD.replace("class Model(", "class ModelNew(").replace(
+            "        time.sleep(1.5)", f"        raise {raised}")
+        r = evaluate(spec, source, EvalOptions(device="cpu", size="default", timing=False), settings)
+        assert r.verdict == Verdict.runtime_error, r.message
+        assert (r.observations.reference_parameter_bytes == 4 * (16 * 16 + 16)) == counted, raised
