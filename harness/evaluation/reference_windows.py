@@ -83,12 +83,13 @@ class ReferenceWindows:
     def stage_window(self, cmd: StageWindowCommand) -> dict[str, Any]:
         """A window's inputs, made from its seeds before it (off every clock) and kept. A round's kinds share its
         seeds: the inputs are made once for them, and anew only once a model of this process was handed them (a
-        reference that writes into its inputs leaves them changed). The candidate's and eager's process only ever
-        get copies (`fill_window`). On the 2-core CPU, level1/47's A/A spent 71 s of 102 making them for every
-        kind's window. The reply's layout says where
-        `fill_window` will write them for the candidate, each call's from where the last one's ends, in a window
-        segment as large as they need (a new one, named in the reply, where the last was smaller). `stageable` is
-        False where an input is no plain dense tensor or JSON scalar (the windows then make their inputs)."""
+        reference that writes into its inputs leaves them changed). The candidate's and eager's processes only ever
+        get copies (`fill_window`). Made for every kind's window, they took level1/19's lead-ins on the 2-core CPU
+        to 21.0 s of a 121 s evaluation (10.2 s made once a round; docs/kernelbench.md). The reply's layout says
+        where `fill_window` will write them for the candidate, each call's from where the last one's ends, in a
+        window segment as large as they need (a new one, named in the reply, where the last was smaller).
+        `stageable` is False where an input is no plain dense tensor or JSON scalar (the windows then make their
+        inputs)."""
         if cmd.seeds != self.staged_seeds or self.handed:
             self.window_inputs, self.staged_seeds = [], []  # the last ones let go first
             with torch.no_grad():

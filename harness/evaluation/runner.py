@@ -162,8 +162,8 @@ def _evaluate_source(spec: ProblemSpec, source: str, options: EvalOptions, setti
     by) is known: ahead of the evaluation (`spare`, see `starts.prestart`), at once when the caller gives it
     (`options.target`, a worker's probed slot), else right after the trusted child's probe. It imports while the
     trusted child prepares the problem. It constructs the model once the init arguments are written and the constructor
-    check has passed, while the trusted side draws the parameters, and takes them while the trusted side goes on to
-    the trials' inputs and outputs.
+    check has passed, while the trusted side builds the reference and draws the parameters, and takes them while the
+    trusted side goes on to the trials' inputs and outputs.
     """
     ev = _Evaluation(spec, source, options, settings, tolerance, obs, job, spare)
     with artifacts.scratch_dir(settings, spare.work if spare is not None else None) as work, ev.open(work):
@@ -332,8 +332,8 @@ class _Evaluation:
                 self.candidate = None
 
     def prepare(self) -> None:
-        """The trusted side builds the reference and writes its parameters, while the candidate imports; it goes on
-        to the trials' inputs and outputs (`prepared` waits for them)."""
+        """The trusted side writes the init arguments, then builds the reference and writes its parameters, while the
+        candidate imports and constructs; it goes on to the trials' inputs and outputs (`prepared` waits for them)."""
         assert self.trusted is not None and self.provenance is not None
         device = self.provenance.device
         self.size = self._size_for(device)
@@ -481,8 +481,8 @@ class _Evaluation:
             return False
 
     def construct(self) -> None:
-        """The candidate constructs its model while the trusted side draws the reference's parameters and writes them;
-        then it takes them."""
+        """The candidate constructs its model while the trusted side builds the reference and draws and writes its
+        parameters; then it takes them."""
         assert self.candidate is not None and self.trusted is not None
         layout, init_segments = self.init_args
         try:
