@@ -18,7 +18,7 @@ def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
     arguments through torch._check, whose first call imports sympy: 0.7-2 s of a cold trusted process's first judge."""
     index = []
     for size in reversed(shape):
-        flat, i = divmod(flat, size) if size else (flat, 0)
+        flat, i = divmod(flat, size)
         index.append(i)
     return index[::-1]
 

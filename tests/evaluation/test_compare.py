@@ -248,14 +248,12 @@ def test_one_number_broadcast_over_the_output_gives_the_figures_of_it_made_whole
         assert _bits(fig) == _bits(compare.figures(torch.full_like(exp, value), exp, gt, CPU, 1e-4, 1e-4, slice_elems))
 
 
-@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (2, 1, 4), (4, 3, 2, 5), (2, 0, 3)])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (2, 1, 4), (4, 3, 2, 5)])
 def test_unravel_gives_torch_s_index(shape):
-    """compare.unravel, in plain Python, against torch.unravel_index on every flat index of the shape."""
-    n = math.prod(shape)
-    for flat in range(n) if n else []:
+    """compare.unravel, in plain Python, against torch.unravel_index on every flat index of the shape (an empty
+    output has no worst element: compare.figures returns before it)."""
+    for flat in range(math.prod(shape)):
         assert compare.unravel(flat, shape) == [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)]
-    if not shape:
-        assert compare.unravel(0, shape) == []
 
 
 def test_a_first_comparison_imports_no_sympy():

@@ -693,17 +693,22 @@ def get_init_inputs():
 '''
 
 
-def test_the_candidate_constructs_beside_the_references_build(settings, tmp_path):
-    """The init arguments are written before the reference Model is built, so a cold evaluation's candidate builds its
-    own beside it (level3/11 on the CPU waited 1.9 s). A reference that takes 1.5 s to build, and its own copy as the
-    candidate: the wait for the init arguments holds no build (it held the whole 1.5 s when they came after it), and
-    the reference's parameters, counted with the parameters' message now, are still in the observations."""
+def _slow_to_build(tmp_path: Path) -> ProblemSpec:
     from harness.problems import load_kernelbench_dir
 
     level = tmp_path / "level1"
     level.mkdir()
     (level / "1_SlowToBuild.py").write_text(_SLOW_TO_BUILD)
     (spec,) = load_kernelbench_dir(level)
+    return spec
+
+
+def test_the_candidate_constructs_beside_the_references_build(settings, tmp_path):
+    """The init arguments are written before the reference Model is built, so a cold evaluation's candidate builds its
+    own beside it (level3/11 on the CPU waited 1.9 s). A reference that takes 1.5 s to build, and its own copy as the
+    candidate: the wait for the init arguments holds no build (it held the whole 1.5 s when they came after it), and
+    the reference's parameters, counted with the parameters' message now, are still in the observations."""
+    spec = _slow_to_build(tmp_path)
     source = _SLOW_TO_BUILD.replace("class Model(", "class ModelNew(")
     r = evaluate(spec, source, EvalOptions(device="cpu", size="default", timing=False), settings)
     assert r.verdict == Verdict.passed, r.message + r.log_excerpt
@@ -717,12 +722,7 @@ def test_a_candidate_out_of_device_memory_in_its_constructor_still_finds_the_ref
     """Whose failure a device OOM before the memory plan is counts the reference's parameters (grading: twice them and
     the reserve); they are counted once the reference is built, which now goes on beside the candidate's construct.
     A constructor that fails as an OOM waits for that count; one that fails otherwise does not."""
-    from harness.problems import load_kernelbench_dir
-
-    level = tmp_path / "level1"
-    level.mkdir()
-    (level / "1_SlowToBuild.py").write_text(_SLOW_TO_BUILD)
-    (spec,) = load_kernelbench_dir(level)
+    spec = _slow_to_build(tmp_path)
     for raised, counted in (("torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", True),
                             ("ValueError('no such layer')", False)):
         source = _SLOW_TO_BUILD.replace("class Model(", "class ModelNew(").replace(
