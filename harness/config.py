@@ -59,6 +59,12 @@ class Settings(BaseSettings):
         description="Untimed rounds of every kind's windows before the timed ones (lazy initialisation, autotuning, "
                     "torch.compile's first calls; the windows sized again after each).",
     )
+    timing_warmup_settle_rounds: int = Field(
+        default=4, ge=0,
+        description="Further untimed rounds, at most, while the candidate's or eager's last warm-up window was "
+                    "still faster a call than the one before (rounds.SETTLED): windows are sized on calls that "
+                    "have settled.",
+    )
     window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
     window_fixed_cost_factor: float = Field(

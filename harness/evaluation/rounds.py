@@ -6,10 +6,10 @@ that window's outputs (what it takes beyond the trusted side's same work is char
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Untimed rounds
-(the plan's `warmup_rounds`) first warm every kind up and size the windows; where the plan names a busy core, a
-spinner runs there through all of them (busy_core.py). The timed rounds end after the plan's fewest once the
-candidate's ratio to each baseline, paired by round, is known to the plan's aim (windows.paired_halfwidth), else at
-its most.
+(the plan's `warmup_rounds`, and more while a kind the windows are sized on still gets faster) first warm every kind
+up and size the windows; where the plan names a busy core, a spinner runs there through all of them (busy_core.py).
+The timed rounds end after the plan's fewest once the candidate's ratio to each baseline, paired by round, is known
+to the plan's aim (windows.paired_halfwidth), else at its most.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
 into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
@@ -54,6 +54,10 @@ from harness.verdicts import Phase
 
 # A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
 DISTURBED_TRIES = 3
+# A warm-up window that took under this share of the time per call of its kind's window before it was still warming
+# up: another warm-up round follows (RoundsPlan.settle_rounds at most). A window's sizing is off by less than a fifth
+# then, where `windows.sized_down` cannot rank one that lasts under half its target.
+SETTLED = 0.8
 # The trusted side answers a wait for an idle GPU within the wait's own limit; this much more is its reply's slack.
 _IDLE_REPLY_SLACK_S = 10.0
 
@@ -94,8 +98,10 @@ class RoundsPlan:
     least_rounds: int | None = None
     known_to: float = 0.0
     # The untimed rounds before them (every kind's windows, the last one's fingerprints let go), each sizing the
-    # windows again.
+    # windows again; then up to `settle_rounds` more, while a kind the windows are sized on still gets faster
+    # (`TimedRounds._settled`).
     warmup_rounds: int = 2
+    settle_rounds: int = 4
 
     def fewest(self) -> int:
         """The timed rounds an evaluation runs at least."""
@@ -200,13 +206,13 @@ class TimedRounds:
         traced = self.draw.randrange(p.fewest()) if p.traced else None  # the timed round whose window is traced
         warm = obs.warmup_windows = {kind: [] for kind in self.kinds}
         warm["candidate"].append([1, round(one_call_ms, 4)])
-        r, last = -p.warmup_rounds, False
+        r, last, settling = -p.warmup_rounds, False, 0
         while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
             last = r >= 0 and self._last_round(r, calls, walls)
             # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
             # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
             # the same calls, the number its time is divided by.
-            if -p.warmup_rounds < r <= 0:
+            if (r > -p.warmup_rounds or settling) and r <= 0:
                 for kind in sized:
                     sized[kind] = max(sized[kind], windows.resize(calls, walls[kind][-1], p.window_ms, p.most_calls,
                                                                   fixed_ms, p.call_overhead_ms, p.fixed_cost_factor))
@@ -223,6 +229,8 @@ class TimedRounds:
                         warm[kind].append([calls, round(walls[kind][-1], 4)])
             self.phase("timing_warmup" if r < 0 else "timed_windows")
             r += 1
+            if r == 0 and settling < p.settle_rounds and not self._settled(warm, fixed_ms):
+                r, settling = -1, settling + 1  # one more warm-up round, as the last one (fingerprints let go)
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms,
@@ -247,6 +255,21 @@ class TimedRounds:
         obs.eager_timing = windows.stats(series["eager"], series["empty"], series["candidate"])
         if "compile" in self.kinds:
             obs.compile_timing = windows.stats(series["compile"], series["empty"], series["candidate"])
+
+    @staticmethod
+    def _settled(warm: dict[str, list[list[float]]], fixed_ms: float) -> bool:
+        """Whether the windows' sizes can be fixed: the last untimed window of each kind they are sized on (the
+        candidate's, eager's) took at least SETTLED of the time per call of the one before it, its round trip
+        `fixed_ms` taken off each. One that was faster still warms up: on an H100 (464ddf9) the candidate's last
+        untimed windows of level3/4, 8, 19 and 27, A/A copies, took 4.5-17 ms a call where its timed ones took
+        0.9-2.6 ms, and windows sized on them held 3-5 times fewer calls than eager's speed asked for (marked, not
+        ranked). A busy host only slows a window, which never asks for another round."""
+        def per_call(window: list[float]) -> float:
+            calls, ms = window
+            return max(ms - fixed_ms, 1e-3) / max(calls, 1.0)
+
+        return all(per_call(seen[-1]) >= SETTLED * per_call(seen[-2])
+                   for kind, seen in warm.items() if kind in ("candidate", "eager") and len(seen) >= 2)
 
     def _last_round(self, r: int, calls: int, walls: dict[str, list[float]]) -> bool:
         """Whether timed round `r` is the last: the plan's last, or one of at least its fewest where the windows so far

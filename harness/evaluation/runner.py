@@ -585,7 +585,8 @@ class _Evaluation:
             # Rounds asked for by number (options.windows) run every one.
             least_rounds=None if self.options.windows else self.settings.timing_windows_least,
             known_to=0.0 if self.options.windows else self.settings.timing_known_to,
-            warmup_rounds=self.settings.timing_warmup_rounds)
+            warmup_rounds=self.settings.timing_warmup_rounds,
+            settle_rounds=self.settings.timing_warmup_settle_rounds)
         eager = self._eager_for_rounds()
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs, eager=eager,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),

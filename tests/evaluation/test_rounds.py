@@ -4,6 +4,7 @@ without two processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -308,6 +309,73 @@ def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_unti
     assert len(warm["eager"]) == len(warm["empty"]) == 2
     assert obs.windows_sized_down is not None
     assert "its untimed windows: 1 call in 51 ms, 2 calls in 101 ms, 2 calls in 101 ms" in obs.windows_sized_down
+
+
+def _warming(candidate: FakeCandidate, per_window_ms: list[float]) -> list[int]:
+    """The candidate's windows take `per_window_ms` a call in turn (the last from then on): a process warming up."""
+    real = candidate.request
+
+    def warming(command: Any, *args: Any, **kwargs: Any) -> Message:
+        if command.cmd == "window":
+            candidate.call_ms = per_window_ms[min(len(candidate.windows), len(per_window_ms) - 1)]
+        return real(command, *args, **kwargs)
+
+    candidate.request = warming  # type: ignore[method-assign]
+    return candidate.windows
+
+
+def test_a_candidate_still_warming_up_gets_more_untimed_rounds_until_its_calls_settle(tmp_path):
+    """The candidate takes 50, 30 and 12 ms a call in its one-call window and the two warm-up rounds, then 5: sized on
+    those, its windows would hold 2 calls where eager's speed asks for 10 (as level3/8's did on an H100). Each warm-up
+    window faster a call than the one before gets another round, until the last two agree: the timed windows hold
+    eager's 10 calls, nothing marked."""
+    candidate = FakeCandidate(tmp_path / "o")
+    seen = _warming(candidate, [50.0, 30.0, 12.0, 5.0])
+    rounds, phases = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    rounds.run()
+    obs = rounds.obs
+    warm = obs.warmup_windows["candidate"]
+    assert [round((ms - 1.0) / calls) for calls, ms in warm] == [50, 30, 12, 5, 5]  # two rounds settling
+    assert len(obs.warmup_windows["eager"]) == len(obs.warmup_windows["empty"]) == 4
+    assert phases.count("timing_warmup") == 4 and len(seen) == 5 + 5
+    assert obs.candidate_timing is not None and obs.candidate_timing.calls_per_window == 10
+    assert obs.windows_sized_down is None
+
+
+def test_a_candidate_that_never_settles_gets_the_plans_further_rounds_at_most(tmp_path):
+    """Faster in every window: the plan's 2 warm-up rounds and its 4 further ones, then the timed rounds, whatever
+    it does; with none allowed (settle_rounds=0) the 2 alone."""
+    for settle, untimed in ((4, 1 + 2 + 4), (0, 1 + 2)):
+        candidate = FakeCandidate(tmp_path / f"o{settle}")
+        seen = _warming(candidate, [60.0 * 0.7 ** k for k in range(20)])
+        rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+        rounds.plan = dataclasses.replace(rounds.plan, settle_rounds=settle)
+        rounds.run()
+        assert len(rounds.obs.warmup_windows["candidate"]) == untimed and len(seen) == untimed + 5
+
+
+def test_eager_still_warming_up_gets_more_untimed_rounds_too(tmp_path):
+    """Eager's first warm-up window slow (80 ms a call), its next at its speed: one more round, since the windows are
+    sized on it as well; a kind settled from the start (the candidate) asks for none."""
+    trusted = FakeTrusted(call_ms=10.0)
+    real = trusted.timed_call
+    eager_windows: list[int] = []
+
+    def eager_warming(command: dict[str, Any], *args: Any, **kwargs: Any) -> tuple[float, dict[str, Any]]:
+        if command["cmd"] == "window" and command["kind"] == "eager":
+            trusted.call_ms = 80.0 if not eager_windows else 10.0
+            eager_windows.append(len(command["seeds"]))
+        return real(command, *args, **kwargs)
+
+    trusted.timed_call = eager_warming  # type: ignore[method-assign]
+    rounds, phases = _rounds(tmp_path, trusted, FakeCandidate(tmp_path / "o", call_ms=5.0))
+    rounds.run()
+    assert len(rounds.obs.warmup_windows["eager"]) == 3 and phases.count("timing_warmup") == 3
+    assert rounds.obs.eager_timing is not None and rounds.obs.eager_timing.calls_per_window == 10
+
+    steady, phases = _rounds(tmp_path, FakeTrusted(call_ms=10.0), FakeCandidate(tmp_path / "p", call_ms=5.0))
+    steady.run()
+    assert phases.count("timing_warmup") == 2
 
 
 def test_a_compile_baseline_that_cannot_compile_is_dropped_and_said(tmp_path):
