@@ -116,6 +116,10 @@ class ResultPublic(BaseModel):
     tolerance: Tolerance
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
+    speedup_known_to: float | None = Field(
+        default=None, description="What the speedups are known to: the 95% half-width, relative, of the candidate's "
+        "time over each baseline's paired by round (the wider of eager's and torch.compile's); 0.02 reads +-2%. "
+        "Null where nothing was timed, or for results stored before it was kept.")
     errors: ErrorFigures
     timings: Timings
     provenance: Provenance | None

@@ -43,7 +43,7 @@ def result_public(row: Result) -> ResultPublic:
         id=row.id, verdict=row.verdict, message=row.message, log_excerpt=r.log_excerpt, flags=r.flags,
         origin=row.origin, regraded_from=row.regraded_from, device=row.device, problem=r.problem,
         tolerance=r.tolerance, speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile,
-        errors=_errors(r),
+        speedup_known_to=o.timing_known_to if r.speedup_vs_eager is not None else None, errors=_errors(r),
         timings=Timings(candidate=o.candidate_timing, eager=o.eager_timing, compile=o.compile_timing,
                         compile_baseline_error=o.compile_baseline_error),
         provenance=r.provenance, created_at=row.created_at,

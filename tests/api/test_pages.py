@@ -148,6 +148,20 @@ def test_submission_page_shows_source_logs_trials_timing_and_provenance(client, 
     assert "compile error" in html and "ninja: build stopped" in html and "Traceback" in html
 
 
+def test_submission_page_says_what_the_speedup_is_known_to(client, db):
+    spec = get_registry().get("level2/30")
+    text, result = demo.demo_result(random.Random(1), spec, "passed")
+    result.observations.timing_known_to = 0.0452
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    html = unescape(client.get(f"/submissions/{sid}").text)
+    assert "known to ±4.5% (95%, paired by round)" in html.split('id="known-to">', 1)[1].split("</span>", 1)[0]
+    result.observations.timing_known_to = None
+    with db.session() as s:
+        sid = demo.store(s, spec, text, result, submitter="alice", model="m1")
+    assert 'id="known-to"' not in client.get(f"/submissions/{sid}").text
+
+
 def test_submission_page_says_which_pause_held_the_candidate_between_its_turns(client, db):
     spec = get_registry().get("level2/30")
     text, result = demo.demo_result(random.Random(1), spec, "passed")

@@ -203,6 +203,20 @@ def test_get_shows_status_verdict_figures_timings_provenance_and_log(client, db)
     assert client.get("/api/submissions/999").status_code == 404
 
 
+def test_a_speedup_comes_with_what_it_is_known_to_and_a_result_without_one_says_null(client, db):
+    """The speedups' 95% half-width from the timed rounds (observations.timing_known_to) beside them; a wrong answer,
+    whose figures rank nothing, and a result stored before the half-width was kept, carry none."""
+    timed = eval_result(candidate_ms=1.0, eager_ms=2.0)
+    timed.observations.timing_known_to = 0.045
+    got = client.get(f"/api/submissions/{seed(db, timed)}").json()["result"]
+    assert got["speedup_vs_eager"] == 2.0 and got["speedup_known_to"] == 0.045
+    older = client.get(f"/api/submissions/{seed(db, eval_result())}").json()["result"]
+    assert older["speedup_vs_eager"] is not None and older["speedup_known_to"] is None
+    wrong = eval_result(max_rel_err=5e-3)
+    wrong.observations.timing_known_to = 0.01
+    assert client.get(f"/api/submissions/{seed(db, wrong)}").json()["result"]["speedup_known_to"] is None
+
+
 def test_list_filters_and_pages(client, db, tokens):
     for i in range(5):
         seed(db, eval_result(), submitter="alice" if i % 2 == 0 else "bob")
