@@ -355,6 +355,10 @@ class Observations(BaseModel):
     # Each kind's untimed windows before the timed rounds, in order, as [calls, ms on the parent's clock]: the
     # candidate's one-call window first, then each warm-up round's. What the timed windows were sized on.
     warmup_windows: dict[str, list[list[float]]] = Field(default_factory=dict)
+    # Beside each of those, what the window's process said its own clocks took, as [host ms, device ms] (None where it
+    # said no such number): a diagnostic that tells a slow untimed window's GPU work from what surrounds it. The
+    # candidate's are its claims, never a figure that sizes or ranks.
+    warmup_own_ms: dict[str, list[list[float | None]]] = Field(default_factory=dict)
     # Why the timed windows made their own inputs rather than taking them from the window segment (RoundsPlan.staged);
     # None where they took them, or where there was no segment to take them from (a CUDA evaluation exchanging through
     # host memory).

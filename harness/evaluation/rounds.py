@@ -195,7 +195,7 @@ class TimedRounds:
         # A window's constant cost, as the parent sees a command's round trip to the trusted process now.
         fixed_ms = windows.round_trip_ms([self.trusted.timed_call({"cmd": "ping"}, "pong")[0] for _ in range(5)])
         one = [self.seeds.randrange(1 << 62) for _ in range(2)]
-        one_call_ms, _ = self._candidate_window(one[:1], one[1:], self.deadline(1, 0))
+        one_call_ms, one_said = self._candidate_window(one[:1], one[1:], self.deadline(1, 0))
         self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
         calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls, fixed_ms,
                                             factor=p.fixed_cost_factor))
@@ -205,7 +205,9 @@ class TimedRounds:
         chance = windows.check_chance(p.fewest(), p.output_bytes)
         traced = self.draw.randrange(p.fewest()) if p.traced else None  # the timed round whose window is traced
         warm = obs.warmup_windows = {kind: [] for kind in self.kinds}
+        own = obs.warmup_own_ms = {kind: [] for kind in self.kinds}
         warm["candidate"].append([1, round(one_call_ms, 4)])
+        own["candidate"].append(windows.own_clocks(one_said))
         r, last, settling = -p.warmup_rounds, False, 0
         while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
             last = r >= 0 and self._last_round(r, calls, walls)
@@ -227,6 +229,7 @@ class TimedRounds:
                 for kind, n in timed_before.items():
                     if len(walls[kind]) > n:
                         warm[kind].append([calls, round(walls[kind][-1], 4)])
+                        own[kind].append(windows.own_clocks(seen[kind][-1]))
             self.phase("timing_warmup" if r < 0 else "timed_windows")
             r += 1
             if r == 0 and settling < p.settle_rounds and not self._settled(warm, fixed_ms):

@@ -323,6 +323,12 @@ class WindowSeries:
         return [(max(w - empty_ms, 0.0) + c) / self.calls for w, c in zip(self.wall_ms, self.charges(), strict=True)]
 
 
+def own_clocks(said: dict[str, Any]) -> list[float | None]:
+    """What a window's process said its own clocks took, [host ms, device ms], each a finite, non-negative number
+    rounded, or None (a claim may be anything)."""
+    return [None if (v := _number(said.get(key))) is None else round(v, 4) for key in ("host_ms", "device_ms")]
+
+
 def _number(value: Any) -> float | None:
     """A finite, non-negative float, or None (a claim may be anything JSON holds: 10**400 too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -95,7 +95,7 @@ class SelfcheckRow(BaseModel):
     # Each timed kind's windows in round order (wall ms on the parent's clock; the candidate's charges beside), and
     # what the candidate's ratio was known to when the rounds ended: enough to grade an A/A again by another rule
     # (benchmarks/aa_paired_regrade.py) once the GPU that ran it is gone.
-    windows: dict[str, dict[str, list[float]]] = Field(default_factory=dict)
+    windows: dict[str, dict[str, list[float | None]]] = Field(default_factory=dict)
     known_to: float | None = None
     eager_process: str | None = None  # where eager's windows ran: "own" or "trusted" (eager_process.py)
 
@@ -145,17 +145,20 @@ def clocks_of(observations: Any) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def windows_of(observations: Any) -> dict[str, dict[str, list[float]]]:
+def windows_of(observations: Any) -> dict[str, dict[str, list[float | None]]]:
     """Each timed kind's windows (`windows_ms`) and charges (`charged_ms`), in round order, and its untimed windows
-    before them (`warmup_calls`, `warmup_ms`: what the timed ones were sized on)."""
-    out: dict[str, dict[str, list[float]]] = {}
+    before them (`warmup_calls`, `warmup_ms`: what the timed ones were sized on; `warmup_device_ms`, what the
+    process's own CUDA events said of each, null where it said nothing)."""
+    out: dict[str, dict[str, list[float | None]]] = {}
     warm = getattr(observations, "warmup_windows", None) or {}
+    own = getattr(observations, "warmup_own_ms", None) or {}
     for kind in ("candidate", "eager"):
         timing = getattr(observations, f"{kind}_timing", None)
         if timing is not None:
             out[kind] = {"windows_ms": list(timing.windows_ms), "charged_ms": list(timing.charged_ms),
                          "warmup_calls": [c for c, _ in warm.get(kind, [])],
-                         "warmup_ms": [ms for _, ms in warm.get(kind, [])]}
+                         "warmup_ms": [ms for _, ms in warm.get(kind, [])],
+                         "warmup_device_ms": [device for _, device in own.get(kind, [])]}
     return out
 
 

@@ -307,6 +307,7 @@ def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_unti
     warm = obs.warmup_windows
     assert [c for c, _ in warm["candidate"]] == [1, 2, 2] and warm["candidate"][0][1] == pytest.approx(51.0)
     assert len(warm["eager"]) == len(warm["empty"]) == 2
+    assert obs.warmup_own_ms["candidate"] == [[1.0, None]] * 3 and obs.warmup_own_ms["eager"] == [[1.0, None]] * 2
     assert obs.windows_sized_down is not None
     assert "its untimed windows: 1 call in 51 ms, 2 calls in 101 ms, 2 calls in 101 ms" in obs.windows_sized_down
 

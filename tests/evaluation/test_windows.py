@@ -383,3 +383,12 @@ def test_a_window_thread_is_kept_to_a_core_and_given_back_its_own():
         assert timing.pin_thread([10**6]) == [own[-1]]  # no such core: refused, kept where it was
     finally:
         assert timing.pin_thread(None) == own
+
+
+def test_a_windows_own_clocks_are_kept_only_as_finite_non_negative_numbers():
+    """What a process says of its window's clocks (the candidate's a claim: anything JSON holds) is kept as
+    [host ms, device ms], each a number or None."""
+    assert windows.own_clocks({"host_ms": 2.34567, "device_ms": 1.5}) == [2.3457, 1.5]
+    assert windows.own_clocks({"host_ms": "fast", "device_ms": 10**400}) == [None, None]
+    assert windows.own_clocks({"host_ms": True, "device_ms": -1.0}) == [None, None]
+    assert windows.own_clocks({}) == [None, None]
