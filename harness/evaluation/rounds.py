@@ -55,8 +55,9 @@ from harness.verdicts import Phase
 # A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
 DISTURBED_TRIES = 3
 # A warm-up window that took under this share of the time per call of its kind's window before it was still warming
-# up: another warm-up round follows (RoundsPlan.settle_rounds at most). A window's sizing is off by less than a fifth
-# then, where `windows.sized_down` cannot rank one that lasts under half its target.
+# up: another warm-up round follows (RoundsPlan.settle_rounds at most). Once calls run no more than a fifth faster than
+# the window they were sized on, a timed window lasts at least about four fifths of its target, where
+# `windows.sized_down` cannot rank one that lasts under half of it.
 SETTLED = 0.8
 # The trusted side answers a wait for an idle GPU within the wait's own limit; this much more is its reply's slack.
 _IDLE_REPLY_SLACK_S = 10.0
