@@ -265,9 +265,10 @@ class TimedRounds:
         """Whether the windows' sizes can be fixed: the last untimed window of each kind they are sized on (the
         candidate's, eager's) took at least SETTLED of the time per call of the one before it, its round trip
         `fixed_ms` taken off each. One that was faster still warms up: on an H100 (464ddf9) the candidate's last
-        untimed windows of level3/4, 8, 19 and 27, A/A copies, took 4.5-17 ms a call where its timed ones took
-        0.9-2.6 ms, and windows sized on them held 3-5 times fewer calls than eager's speed asked for (marked, not
-        ranked). A busy host only slows a window, which never asks for another round."""
+        untimed windows of level3/4, 8, 19, 23 and 28, A/A copies, each faster a call than the one before, took
+        4.5-17 ms a call where its timed ones took 0.9-3.0 ms, and windows sized on them held 3-5 times fewer calls
+        than eager's speed asked for (marked, not ranked). A busy host only slows a window, which never asks for
+        another round."""
         def per_call(window: list[float]) -> float:
             calls, ms = window
             return max(ms - fixed_ms, 1e-3) / max(calls, 1.0)
