@@ -209,13 +209,13 @@ class TimedRounds:
         own = obs.warmup_own_ms = {kind: [] for kind in self.kinds}
         warm["candidate"].append([1, round(one_call_ms, 4)])
         own["candidate"].append(windows.own_clocks(one_said))
-        r, last, settling = -p.warmup_rounds, False, 0
+        r, last, warmed = -p.warmup_rounds, False, 0  # warmed: the warm-up rounds run so far
         while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
             last = r >= 0 and self._last_round(r, calls, walls)
             # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
             # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
             # the same calls, the number its time is divided by.
-            if (r > -p.warmup_rounds or settling) and r <= 0:
+            if warmed and r <= 0:
                 for kind in sized:
                     sized[kind] = max(sized[kind], windows.resize(calls, walls[kind][-1], p.window_ms, p.most_calls,
                                                                   fixed_ms, p.call_overhead_ms, p.fixed_cost_factor))
@@ -232,9 +232,10 @@ class TimedRounds:
                         warm[kind].append([calls, round(walls[kind][-1], 4)])
                         own[kind].append(windows.own_clocks(seen[kind][-1]))
             self.phase("timing_warmup" if r < 0 else "timed_windows")
+            warmed += r < 0
             r += 1
-            if r == 0 and settling < p.settle_rounds and not self._settled(warm, fixed_ms):
-                r, settling = -1, settling + 1  # one more warm-up round, as the last one (fingerprints let go)
+            if r == 0 and warmed < p.warmup_rounds + p.settle_rounds and not self._settled(warm, fixed_ms):
+                r = -1  # one more warm-up round, as the last one (fingerprints let go)
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms,
@@ -270,8 +271,7 @@ class TimedRounds:
         than eager's speed asked for (marked, not ranked). A busy host only slows a window, which never asks for
         another round."""
         def per_call(window: list[float]) -> float:
-            calls, ms = window
-            return max(ms - fixed_ms, 1e-3) / max(calls, 1.0)
+            return windows.warm_per_call_ms(window[0], window[1], fixed_ms)
 
         return all(per_call(seen[-1]) >= SETTLED * per_call(seen[-2])
                    for kind, seen in warm.items() if kind in ("candidate", "eager") and len(seen) >= 2)

@@ -98,10 +98,15 @@ def resize(calls: int, warm_window_ms: float, window_ms: float, most: int, fixed
     """The calls a window should hold, from a warm window of `calls` calls that lasted `warm_window_ms`: about
     `window_ms` in all, and net work (less the window's constant cost `fixed_ms` and each call's `overhead_ms`: its
     inputs) of at least `factor` times `fixed_ms`; at least one, at most `most` (what memory allows)."""
-    per_call = max(warm_window_ms - fixed_ms, 1e-3) / calls
+    per_call = warm_per_call_ms(calls, warm_window_ms, fixed_ms)
     net = max(per_call - overhead_ms, 1e-6)
     want = max(math.ceil(window_ms / per_call), math.ceil(factor * fixed_ms / net))
     return max(1, min(want, most, MAX_CALLS_PER_WINDOW))
+
+
+def warm_per_call_ms(calls: float, window_ms: float, fixed_ms: float = 0.0) -> float:
+    """A warm window's time per call: its time less the window's constant cost `fixed_ms`, over its calls."""
+    return max(window_ms - fixed_ms, 1e-3) / max(calls, 1.0)
 
 
 def round_trip_ms(pings_ms: list[float]) -> float:
