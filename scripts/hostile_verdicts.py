@@ -39,7 +39,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="kh-hostile-"))
     settings = Settings(data_dir=root / "data", scratch_dir=root / "scratch", child_memory_mb=16384,
                         child_max_pids=1024, child_disk_mb=256, correctness_trials=2, timing_windows_cuda=3,
-                        timing_windows_cpu=3, compile_baseline="off")
+                        timing_windows_extra_cuda=0, timing_windows_cpu=3, compile_baseline="off")
     settings.data_dir.mkdir(parents=True)
     (settings.data_dir / "harness.db").write_text("KH_SECRET_MARKER")
     (settings.data_dir / "admin-token").write_text("KH_SECRET_MARKER")

@@ -9,7 +9,8 @@ CPU clock; on CUDA, GPU work the trusted side waits out), and a window it distur
 (the plan's `warmup_rounds`, and more while a kind the windows are sized on still gets faster) first warm every kind
 up and size the windows; where the plan names a busy core, a spinner runs there through all of them (busy_core.py).
 The timed rounds end after the plan's fewest once the candidate's ratio to each baseline, paired by round, is known
-to the plan's aim (windows.paired_halfwidth), else at its most.
+to the plan's aim (windows.paired_halfwidth), else after its rounds, or, while the ratio is not yet known to the aim
+of a ranked result, after as many extra rounds as that takes (the plan's most).
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
 into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
@@ -95,9 +96,12 @@ class RoundsPlan:
     busy_core: int | None = None
     # The timed rounds end after `least_rounds` (None: `rounds`, every one) once the candidate's time over each
     # baseline's is known to `known_to` (95%, relative: windows.paired_halfwidth); windows that disagree run on, up to
-    # `rounds`. 0: every round.
+    # `rounds`. 0: every round. Where after `rounds` it is not yet known to `rank_known_to`, up to `extra_rounds` more
+    # run, ending once it is.
     least_rounds: int | None = None
     known_to: float = 0.0
+    extra_rounds: int = 0
+    rank_known_to: float = 0.0
     # The untimed rounds before them (every kind's windows, the last one's fingerprints let go), each sizing the
     # windows again; then up to `settle_rounds` more, while a kind the windows are sized on still gets faster
     # (`TimedRounds._settled`).
@@ -277,12 +281,15 @@ class TimedRounds:
                    for kind, seen in warm.items() if kind in ("candidate", "eager") and len(seen) >= 2)
 
     def _last_round(self, r: int, calls: int, walls: dict[str, list[float]]) -> bool:
-        """Whether timed round `r` is the last: the plan's last, or one of at least its fewest where the windows so far
-        say that with this round the candidate's time over each baseline's is known to the plan's aim. Decided before
+        """Whether timed round `r` is the last: one of at least the plan's fewest where the windows so far say that
+        with this round the candidate's time over each baseline's is known to the plan's aim; else its `rounds`th,
+        where it is known to the aim of a ranked result (`rank_known_to`) or no extra round is left. Decided before
         the round, so that it is a round like any other (its hand-over, where none was drawn, is made there)."""
         p = self.plan
-        if r >= p.rounds - 1:
+        if r >= p.rounds + p.extra_rounds - 1:
             return True
+        if r >= p.rounds - 1:
+            return p.extra_rounds <= 0 or self._known_to(calls, walls, r + 1) <= p.rank_known_to
         if p.known_to <= 0 or r + 1 < p.fewest() or r < 2:
             return False
         return self._known_to(calls, walls, r + 1) <= p.known_to

@@ -582,9 +582,12 @@ class _Evaluation:
             tolerance=self.tolerance, idle_wait_s=self.settings.gpu_idle_wait_s, traced=self._traces(),
             staged=self._windows_staged(device), lead_in_ms=self.settings.window_lead_in_ms,
             core=core, held=held, busy_core=busy_core.busy_core(self.settings.busy_core, device, core),
-            # Rounds asked for by number (options.windows) run every one.
+            # Rounds asked for by number (options.windows) run every one, and no more.
             least_rounds=None if self.options.windows else self.settings.timing_windows_least,
             known_to=0.0 if self.options.windows else self.settings.timing_known_to,
+            extra_rounds=0 if self.options.windows else (self.settings.timing_windows_extra_cuda if device == "cuda"
+                                                         else self.settings.timing_windows_extra_cpu),
+            rank_known_to=self.settings.timing_rank_known_to,
             warmup_rounds=self.settings.timing_warmup_rounds,
             settle_rounds=self.settings.timing_warmup_settle_rounds)
         eager = self._eager_for_rounds()
