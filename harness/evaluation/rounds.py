@@ -202,6 +202,7 @@ class TimedRounds:
         one = [self.seeds.randrange(1 << 62) for _ in range(2)]
         one_call_ms, one_said = self._candidate_window(one[:1], one[1:], self.deadline(1, 0))
         self.candidate.pause()  # as after each of its turns: the first round's reference windows may come first
+        self.phase("warmup_setup")  # the threads kept to their core, the round trip, the one-call window
         calls = min(p.calls, windows.resize(1, one_call_ms, p.window_ms, p.most_calls, fixed_ms,
                                             factor=p.fixed_cost_factor))
         sized = {"eager": 0, "candidate": 0}  # each kind's calls by its fastest warm-up window so far
@@ -322,9 +323,9 @@ class TimedRounds:
         got: Fingerprints = []
         reference: tuple[Fingerprints, Fingerprints] = ([], [])
 
-        def phase(name: str) -> None:  # the timed rounds' time, split: the windows, and the checks between them
-            if r >= 0:
-                self.phase(name)
+        def phase(name: str) -> None:  # the rounds' time, split: the windows, and the checks between them; a warm-up
+            # round's under warmup_<name> (its windows: warmup_windows), what is left of it under timing_warmup
+            self.phase(name if r >= 0 else "warmup_windows" if name == "timed_windows" else f"warmup_{name}")
 
         for kind in self.draw.sample(self.kinds, len(self.kinds)):
             if kind == "candidate":

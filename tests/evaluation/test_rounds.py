@@ -245,6 +245,10 @@ def test_honest_rounds_time_every_kind_on_windows_sized_on_the_slower_of_candida
     assert obs.eager_timing.median_ms == pytest.approx(10.0)
     assert obs.windows_sized_down is None
     assert phases.count("timing_warmup") == 2 and phases.count("timed_windows") >= 5 and "fingerprints" in phases
+    # The warm-up's time split as the timed rounds' is, under its own names: its set-up, windows, fingerprints.
+    warm = phases[:phases.index("timed_windows")]
+    assert warm[0] == "warmup_setup" and {"warmup_windows", "warmup_fingerprints", "warmup_pauses"} <= set(warm)
+    assert not {"fingerprints", "pauses"} & set(warm)
     check = obs.timed_outputs
     assert check is not None and not check.fingerprint_mismatches and check.fingerprinted == 5 * 10
     assert check.expected >= 2 and check.reported == check.expected and not check.calls  # read, not compared yet
