@@ -77,6 +77,12 @@ class Settings(BaseSettings):
                     "still faster a call than the one before (rounds.SETTLED): windows are sized on calls that "
                     "have settled.",
     )
+    timing_retime_sized_down: bool = Field(
+        default=True,
+        description="Timed windows sized down on the candidate's untimed ones that then lasted under half their "
+                    "target are taken as one more warm-up, and the timed rounds run once more on windows sized on "
+                    "them; off: such a result is marked timing_unreliable at once.",
+    )
     window_ms_cuda: float = Field(default=60.0, gt=0)
     window_ms_cpu: float = Field(default=60.0, gt=0)
     window_fixed_cost_factor: float = Field(

@@ -352,6 +352,9 @@ class Observations(BaseModel):
     # Set where the candidate's warm-up windows sized the timed ones below what eager's speed asks for, and its timed
     # windows then ran far short of their target: a figure from such short windows is not ranked.
     windows_sized_down: str | None = None
+    # Set where the first timed rounds' windows were so (what windows_sized_down would have said of them): they were
+    # taken as one more warm-up and the timed rounds ran again, on windows sized on their calls.
+    windows_retimed: str | None = None
     # Each kind's untimed windows before the timed rounds, in order, as [calls, ms on the parent's clock]: the
     # candidate's one-call window first, then each warm-up round's. What the timed windows were sized on.
     warmup_windows: dict[str, list[list[float]]] = Field(default_factory=dict)

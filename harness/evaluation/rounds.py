@@ -10,7 +10,8 @@ CPU clock; on CUDA, GPU work the trusted side waits out), and a window it distur
 up and size the windows; where the plan names a busy core, a spinner runs there through all of them (busy_core.py).
 The timed rounds end after the plan's fewest once the candidate's ratio to each baseline, paired by round, is known
 to the plan's aim (windows.paired_halfwidth), else after its rounds, or, while the ratio is not yet known to the aim
-of a ranked result, after as many extra rounds as that takes (the plan's most).
+of a ranked result, after as many extra rounds as that takes (the plan's most). Timed windows that were sized down on
+the candidate's untimed ones and then ran short count as one more warm-up round: the timed rounds run once more.
 
 `TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
 into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
@@ -107,6 +108,9 @@ class RoundsPlan:
     # (`TimedRounds._settled`).
     warmup_rounds: int = 2
     settle_rounds: int = 4
+    # Timed windows sized down that lasted under half their target when timed (windows.sized_down) are taken as one
+    # more warm-up: the timed rounds run once more, on windows sized on those windows' calls (`TimedRounds._retime`).
+    retime: bool = True
 
     def fewest(self) -> int:
         """The timed rounds an evaluation runs at least."""
@@ -146,6 +150,7 @@ class TimedRounds:
         self.kinds = list(plan.kinds)
         self.deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
         self.comparing = False  # the trusted side is comparing them (`handovers_compared` collects its answer)
+        self.handed_before = 0  # outputs asked for before the timed rounds now running (`_retime`)
 
     def run(self) -> None:
         """The warm-up rounds, then the timed ones; the kinds' timing figures into `obs`. Each window is sized again
@@ -243,8 +248,13 @@ class TimedRounds:
                 r = -1  # one more warm-up round, as the last one (fingerprints let go)
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
-        obs.windows_sized_down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms,
-                                                    warm["candidate"])
+        # Timed once more on windows sized on its timed calls, they do or the figure is not ranked.
+        down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms, warm["candidate"])
+        if down is not None and p.retime:
+            obs.windows_retimed = down
+            calls = self._retime(r, calls, sized, walls, seen, check, chance, fixed_ms)
+            down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms, warm["candidate"])
+        obs.windows_sized_down = down
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in self.kinds}
         # What each window's fingerprints took beyond the trusted side's is work that window left to them: paid there.
         assert check.handover_slack_ms is not None
@@ -265,6 +275,40 @@ class TimedRounds:
         obs.eager_timing = windows.stats(series["eager"], series["empty"], series["candidate"])
         if "compile" in self.kinds:
             obs.compile_timing = windows.stats(series["compile"], series["empty"], series["candidate"])
+
+    def _retime(self, base: int, calls: int, sized: dict[str, int], walls: dict[str, list[float]],
+                seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck, chance: float, fixed_ms: float) -> int:
+        """The timed rounds once more, after `base` rounds whose windows were sized down and ran short: those count
+        as one more warm-up round (each kind's median window kept with the untimed ones), the windows are sized again
+        on them as after any warm-up round, and what each window's checks measured of them (their fingerprints'
+        times, which charge the windows) is let go; the checks' findings, the hand-overs and the trace stay. The
+        rounds go on numbering from `base`. On an H100 (464ddf9) level3/27's and 32's untimed candidate windows took
+        14-16 ms a call, slow and steady, and their timed ones 2.6 and 5.1 ms: windows of 5 calls where eager's
+        speed asked for 23 and 6. Returns the calls the new windows hold."""
+        p, warm, own = self.plan, self.obs.warmup_windows, self.obs.warmup_own_ms
+        for kind in self.kinds:
+            if walls[kind]:
+                warm[kind].append([calls, round(statistics.median(walls[kind]), 4)])
+                own[kind].append(windows.own_clocks(seen[kind][-1]))
+        for kind in sized:
+            sized[kind] = max(sized[kind], windows.resize(calls, statistics.median(walls[kind]), p.window_ms,
+                                                          p.most_calls, fixed_ms, p.call_overhead_ms,
+                                                          p.fixed_cost_factor))
+        calls = min(sized.values())
+        for kind in self.kinds:
+            walls[kind].clear()
+            seen[kind].clear()
+        for figures in (check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_ms,
+                        check.reference_fingerprint_own_ms):
+            figures.clear()
+        self.handed_before = check.expected  # a hand-over of these rounds' own is made in their last, if none was
+        r, last = 0, False
+        while not last:
+            last = self._last_round(r, calls, walls)
+            self._round(base + r, calls, None, chance, walls, seen, check, last)
+            self.phase("timed_windows")
+            r += 1
+        return calls
 
     @staticmethod
     def _settled(warm: dict[str, list[list[float]]], fixed_ms: float) -> bool:
@@ -345,7 +389,7 @@ class TimedRounds:
                     got = self._fingerprint(key, window_limit, figures)
                     phase("fingerprints")
                     # Whether this window is handed over is drawn only now that it has closed (the last, if none was).
-                    if r >= 0 and (self.draw.random() < chance or (last and not check.expected)):
+                    if r >= 0 and (self.draw.random() < chance or (last and check.expected == self.handed_before)):
                         self._handover(r, seeds, forward, check)
                         phase("handovers")
                 self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's

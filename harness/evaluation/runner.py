@@ -589,7 +589,8 @@ class _Evaluation:
                                                          else self.settings.timing_windows_extra_cpu),
             rank_known_to=self.settings.timing_rank_known_to,
             warmup_rounds=self.settings.timing_warmup_rounds,
-            settle_rounds=self.settings.timing_warmup_settle_rounds)
+            settle_rounds=self.settings.timing_warmup_settle_rounds,
+            retime=self.settings.timing_retime_sized_down)
         eager = self._eager_for_rounds()
         self.rounds = TimedRounds(plan, self.trusted, self.candidate, self.obs, eager=eager,
                                   deadline=lambda calls, write_bytes: self._limit(_WINDOW_FLOOR_S, calls, write_bytes),

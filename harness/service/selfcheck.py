@@ -98,6 +98,8 @@ class SelfcheckRow(BaseModel):
     windows: dict[str, dict[str, list[float | None]]] = Field(default_factory=dict)
     known_to: float | None = None
     eager_process: str | None = None  # where eager's windows ran: "own" or "trusted" (eager_process.py)
+    # Why the timed rounds ran twice (their first windows were sized down and ran short: rounds.TimedRounds._retime).
+    retimed: str | None = None
 
 
 class SelfcheckReport(BaseModel):
@@ -277,6 +279,7 @@ def check_problem(spec: ProblemSpec, options: SelfcheckOptions, settings: Settin
         clocks=clocks_of(result.observations), windows=windows_of(result.observations),
         known_to=getattr(result.observations, "timing_known_to", None),
         eager_process=getattr(result.observations, "eager_process", None),
+        retimed=getattr(result.observations, "windows_retimed", None),
     )
 
 

@@ -291,21 +291,29 @@ def test_a_candidate_slower_than_eager_sizes_the_windows_down_and_says_so_only_w
     assert rounds.obs.windows_sized_down is None
 
 
-def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_untimed_windows_it_was_sized_on(tmp_path):
-    """Slow (50 ms a call) in its one-call window and both warm-up rounds, fast (5 ms) once timed: the windows are
-    sized down to 2 calls where eager asks for 10 and last 11 ms when timed, so the figure is not ranked; the reason
-    names the untimed windows that sized them, each kind's kept in the observations (a report then says why)."""
-    candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
-    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
-    windows_seen = candidate.windows
-    real = candidate.request
+def _slow_until_timed(candidate: FakeCandidate, untimed: int, call_ms: list[float]) -> list[int]:
+    """The candidate's calls take `call_ms[0]` in its first `untimed` windows (the one-call window and the warm-up
+    rounds), then each next entry for the next window, the last from then on."""
+    real, seen = candidate.request, candidate.windows
 
-    def fast_once_timed(command: Any, *args: Any, **kwargs: Any) -> Message:
-        if command.cmd == "window" and len(windows_seen) == 3:  # one-call window and two warm-up rounds done
-            candidate.call_ms = 5.0
+    def speed(command: Any, *args: Any, **kwargs: Any) -> Message:
+        if command.cmd == "window":
+            candidate.call_ms = call_ms[max(0, min(len(seen) - untimed + 1, len(call_ms) - 1))]
         return real(command, *args, **kwargs)
 
-    candidate.request = fast_once_timed  # type: ignore[method-assign]
+    candidate.request = speed  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_untimed_windows_it_was_sized_on(tmp_path):
+    """Slow (50 ms a call) in its one-call window and both warm-up rounds, fast (5 ms) once timed: the windows are
+    sized down to 2 calls where eager asks for 10 and last 11 ms when timed. Without a second timing they are not
+    ranked; the reason names the untimed windows that sized them, each kind's kept in the observations (a report
+    then says why)."""
+    candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    rounds.plan = dataclasses.replace(rounds.plan, retime=False)
+    _slow_until_timed(candidate, 3, [50.0, 5.0])
     rounds.run()
     obs = rounds.obs
     assert obs.candidate_timing is not None and obs.candidate_timing.calls_per_window == 2
@@ -313,8 +321,46 @@ def test_a_candidate_slow_only_while_the_windows_are_sized_is_said_with_the_unti
     assert [c for c, _ in warm["candidate"]] == [1, 2, 2] and warm["candidate"][0][1] == pytest.approx(51.0)
     assert len(warm["eager"]) == len(warm["empty"]) == 2
     assert obs.warmup_own_ms["candidate"] == [[1.0, None]] * 3 and obs.warmup_own_ms["eager"] == [[1.0, None]] * 2
-    assert obs.windows_sized_down is not None
+    assert obs.windows_sized_down is not None and obs.windows_retimed is None
     assert "its untimed windows: 1 call in 51 ms, 2 calls in 101 ms, 2 calls in 101 ms" in obs.windows_sized_down
+
+
+def test_windows_sized_down_that_ran_short_are_timed_again_on_windows_sized_on_their_calls(tmp_path):
+    """The same candidate, as level3/27's and 32's on an H100 (untimed windows slow and steady, timed ones 3-6 times
+    faster): its first timed rounds count as one more warm-up, the windows are sized again on them (eager's 10 calls)
+    and timed once more: ranked, the first timing said in the observations. The checks of both timings stand (every
+    output fingerprinted, numbered apart), what charges a window is the second's alone, and the second makes a
+    hand-over of its own."""
+    candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    seen = _slow_until_timed(candidate, 3, [50.0, 5.0])
+    rounds.run()
+    obs = rounds.obs
+    assert obs.windows_sized_down is None and obs.windows_retimed is not None
+    assert "windows of 2 calls (eager's speed asks for 10)" in obs.windows_retimed
+    assert seen == [1, 2, 2] + [2] * 5 + [10] * 5
+    assert obs.candidate_timing is not None and obs.candidate_timing.calls_per_window == 10
+    assert obs.candidate_timing.n == 5 and obs.candidate_timing.median_ms == pytest.approx(5.0, rel=0.01)
+    assert [c for c, _ in obs.warmup_windows["candidate"]] == [1, 2, 2, 2]
+    check = obs.timed_outputs
+    assert check is not None and check.fingerprinted == 5 * 2 + 5 * 10 and not check.fingerprint_mismatches
+    assert len(check.fingerprint_ms) == len(check.reference_fingerprint_own_ms) == 5
+    assert any(n >= 5 * 10 for n in rounds.deferred)  # a hand-over of the second timing's (windows 5-9)
+    g = grading.grade(_passing(candidate_timing=obs.candidate_timing, eager_timing=obs.eager_timing,
+                               windows_sized_down=obs.windows_sized_down), TOL)
+    assert g.flags == [] and g.speedup_vs_eager == pytest.approx(2.0, rel=0.02)
+
+
+def test_windows_timed_again_that_still_ran_short_are_not_ranked(tmp_path):
+    """Faster again in the second timing (20 ms a call in the first, 1 in the second): timed once more at most, the
+    figure is not ranked."""
+    candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    seen = _slow_until_timed(candidate, 3, [50.0, 20.0, 20.0, 20.0, 20.0, 20.0, 1.0])
+    rounds.run()
+    obs = rounds.obs
+    assert obs.windows_retimed is not None and obs.windows_sized_down is not None
+    assert len(seen) == 3 + 5 + 5
 
 
 def _warming(candidate: FakeCandidate, per_window_ms: list[float]) -> list[int]:
@@ -355,7 +401,7 @@ def test_a_candidate_that_never_settles_gets_the_plans_further_rounds_at_most(tm
         candidate = FakeCandidate(tmp_path / f"o{settle}")
         seen = _warming(candidate, [60.0 * 0.7 ** k for k in range(20)])
         rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
-        rounds.plan = dataclasses.replace(rounds.plan, settle_rounds=settle)
+        rounds.plan = dataclasses.replace(rounds.plan, settle_rounds=settle, retime=False)
         rounds.run()
         assert len(rounds.obs.warmup_windows["candidate"]) == untimed and len(seen) == untimed + 5
 
