@@ -189,9 +189,12 @@ class Tracer:
         return all(r == 0 for r in results)
 
     def start(self) -> bool:
-        """The launch callbacks on; False where CUPTI refused (or was let go)."""
+        """The launch callbacks on, each kernel reported again once (a window traced after another says all it
+        launched: `TimedRounds._retime` traces one of its own); False where CUPTI refused (or was let go)."""
         if self.closed:
             return False
+        self.seen.clear()
+        self.graph = False
         self.on = True
         if not self._enable(1):
             self.stop()

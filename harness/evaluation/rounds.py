@@ -281,7 +281,8 @@ class TimedRounds:
         """The timed rounds once more, after `base` rounds whose windows were sized down and ran short: those count
         as one more warm-up round (each kind's median window kept with the untimed ones), the windows are sized again
         on them as after any warm-up round, and what each window's checks measured of them (their fingerprints'
-        times, which charge the windows) is let go; the checks' findings, the hand-overs and the trace stay. The
+        times, which charge the windows) is let go; the checks' findings and the hand-overs stay. One of the new
+        rounds is traced, its launches replacing the first trace's: credit comes from a window whose time ranks. The
         rounds go on numbering from `base`. On an H100 (464ddf9) level3/27's and 32's untimed candidate windows took
         14-16 ms a call, slow and steady, and their timed ones 2.6 and 5.1 ms: windows of 5 calls where eager's
         speed asked for 23 and 6. Returns the calls the new windows hold."""
@@ -302,10 +303,11 @@ class TimedRounds:
                         check.reference_fingerprint_own_ms):
             figures.clear()
         self.handed_before = check.expected  # a hand-over of these rounds' own is made in their last, if none was
+        traced = base + self.draw.randrange(p.fewest()) if p.traced else None  # and a trace, which replaces the first
         r, last = 0, False
         while not last:
             last = self._last_round(r, calls, walls)
-            self._round(base + r, calls, None, chance, walls, seen, check, last)
+            self._round(base + r, calls, traced, chance, walls, seen, check, last)
             self.phase("timed_windows")
             r += 1
         return calls

@@ -127,6 +127,12 @@ def test_each_kernel_is_reported_once_as_launched_with_its_function_and_only_whi
     assert got == [("hardtanh_kernel(float const*, float*, long, float, float)", stub),
                    ("add_kernel", cubin_function), ("triton_", cubin_function + 8), ("triton_", cubin_function + 16),
                    ("foo(float*)", stub + 64), ("bar(float*)", cuda_kernel), (None, None)]  # a graph, said once
+    got.clear()  # a window traced after another says every kernel it launched, once
+    assert tracer.start()
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(stub, 1, 1))
+    lib.fire(RUNTIME_LAUNCH, b"_Z15hardtanh_kernelPKfPflff", params=(stub, 1, 1))
+    tracer.stop()
+    assert got == [("hardtanh_kernel(float const*, float*, long, float, float)", stub)]
     tracer.close()
     tracer.close()
     assert lib.calls == ["subscribe", "unsubscribe", "finalize"] and not tracer.start()

@@ -330,9 +330,9 @@ def test_windows_sized_down_that_ran_short_are_timed_again_on_windows_sized_on_t
     faster): its first timed rounds count as one more warm-up, the windows are sized again on them (eager's 10 calls)
     and timed once more: ranked, the first timing said in the observations. The checks of both timings stand (every
     output fingerprinted, numbered apart), what charges a window is the second's alone, and the second makes a
-    hand-over of its own."""
+    hand-over and a trace of its own (credit from a window whose time ranks)."""
     candidate = FakeCandidate(tmp_path / "o", call_ms=50.0)
-    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate)
+    rounds, _ = _rounds(tmp_path, FakeTrusted(call_ms=10.0), candidate, traced=True)
     seen = _slow_until_timed(candidate, 3, [50.0, 5.0])
     rounds.run()
     obs = rounds.obs
@@ -346,6 +346,7 @@ def test_windows_sized_down_that_ran_short_are_timed_again_on_windows_sized_on_t
     assert check is not None and check.fingerprinted == 5 * 2 + 5 * 10 and not check.fingerprint_mismatches
     assert len(check.fingerprint_ms) == len(check.reference_fingerprint_own_ms) == 5
     assert any(n >= 5 * 10 for n in rounds.deferred)  # a hand-over of the second timing's (windows 5-9)
+    assert len(candidate.traced) == 2 and candidate.traced[0] < 5 <= candidate.traced[1] < 10
     g = grading.grade(_passing(candidate_timing=obs.candidate_timing, eager_timing=obs.eager_timing,
                                windows_sized_down=obs.windows_sized_down), TOL)
     assert g.flags == [] and g.speedup_vs_eager == pytest.approx(2.0, rel=0.02)
