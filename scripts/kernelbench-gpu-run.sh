@@ -20,10 +20,11 @@ import collections, json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 verdicts = collections.Counter(r["verdict"] for r in rows)
 marked = sum("timing_unreliable" in r["flags"] for r in rows)
+retimed = sum(bool(r.get("retimed")) for r in rows)
 for r in rows[-10:]:
     s = r["speedup_vs_eager"]
     print(f"{r['problem']:12s} {r['verdict']:12s} {'-' if s is None else f'{s:.3f}x':8s} {r['eval_s']:6.1f} s "
           f"{','.join(r['flags'])}")
-print(f"{len(rows)} rows: {dict(verdicts)}; {marked} marked timing_unreliable; "
+print(f"{len(rows)} rows: {dict(verdicts)}; {marked} marked timing_unreliable; {retimed} timed twice; "
       f"{sum(r['eval_s'] for r in rows) / 60:.1f} min of evaluations")
 PY
