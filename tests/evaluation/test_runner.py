@@ -115,13 +115,19 @@ def test_correct_pure_pytorch_modelnew_passes_with_figures_and_timings(run_fixtu
     # takes them while it makes the trials.
     # Eager's own process, started beside the candidate, builds its model and makes its first calls beside the
     # trials and the judge, and is waited for once the judge has passed the candidate. The timed rounds' time is
-    # split into the windows and the checks between them, in the order the first round drew its kinds; the CPU's
-    # windows are staged, each after a lead-in.
+    # split into the windows and the checks between them, in the order the first round drew its kinds, the warm-up
+    # rounds' as theirs under names of their own first; the CPU's windows are staged, each after a lead-in.
     names = list(o.phases)
     assert names[:12] == ["reference_start", "probe", "reference_init", "candidate_import", "candidate_construct",
                           "reference_parameters", "candidate_parameters", "reference_prepare", "candidate_trials",
-                          "judge", "eager_ready", "timing_warmup"]
-    assert set(names[12:-3]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers", "pauses"}
+                          "judge", "eager_ready", "warmup_setup"]
+    rounds = names[12:-3]
+    warm = rounds[:max(i for i, n in enumerate(rounds) if n.startswith("warmup_") or n == "timing_warmup") + 1]
+    assert {"timing_warmup", "warmup_windows", "warmup_lead_ins", "warmup_fingerprints"} <= set(warm) <= {
+        "timing_warmup", "warmup_windows", "warmup_lead_ins", "warmup_idle_waits", "warmup_fingerprints",
+        "warmup_pauses"}
+    assert set(rounds[len(warm):]) == {"timed_windows", "lead_ins", "idle_waits", "fingerprints", "handovers",
+                                       "pauses"}
     assert names[-3:] == ["peaks", "candidate_exit", "teardown"]
     assert all(v >= 0 for v in o.phases.values())
     assert o.phases["reference_start"] > 0.2 and o.phases["candidate_import"] > 0.2  # each imports torch
