@@ -3,7 +3,8 @@
 Each round opens a window of every kind on the same fresh seeds (the candidate's, eager's, torch.compile's and the
 empty one's, in an order drawn for the round), on the parent's clock. After the candidate's window it fingerprints
 that window's outputs (what it takes beyond the trusted side's same work is charged to the window) and, where the
-parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge. Then it is
+parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge (both
+checks: output_checks.py). Then it is
 paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
 CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Untimed rounds
 (the plan's `warmup_rounds`, and more while a kind the windows are sized on still gets faster) first warm every kind
@@ -13,9 +14,10 @@ to the plan's aim (windows.paired_halfwidth), else after its rounds, or, while t
 of a ranked result, after as many extra rounds as that takes (the plan's most). Timed windows that were sized down on
 the candidate's untimed ones and then ran short count as one more warm-up round: the timed rounds run once more.
 
-`TimedRounds` owns the rounds' bookkeeping (the hand-overs read and left to compare among it); what it learns goes
-into the `Observations` it is given. The runner builds it with the handles, the plan and the deadlines, and drives
-it: `run`, then `compare_handovers` and `handovers_compared` around the candidate's trace and exit.
+`TimedRounds` owns the rounds' bookkeeping, and its `OutputChecks` the checks' (the hand-overs read and left to
+compare among them); what they learn goes into the `Observations` it is given. The runner builds it with the handles,
+the plan and the deadlines, and drives it: `run`, then `compare_handovers` and `handovers_compared` around the
+candidate's trace and exit.
 """
 
 from __future__ import annotations
@@ -32,26 +34,21 @@ from typing import Any
 from harness import grading
 from harness.evaluation import busy_core, gpu_sharing, windows
 from harness.evaluation.eager_process import EagerProcess
-from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed, add_trusted_seconds
+from harness.evaluation.handles import Candidate, CandidateStopped, Trusted, TrustedFailed
+from harness.evaluation.output_checks import Fingerprints, OutputChecks
 from harness.evaluation.protocol import (
     EAGER_WINDOW_SEGMENT,
     WINDOW_SEGMENT,
-    CheckHandoverCommand,
     FillWindowCommand,
-    Fingerprint,
-    FingerprintCommand,
-    Handover,
-    JudgeHandoversCommand,
     LeadIn,
     LeadInCommand,
     Pin,
     ReferenceWindowCommand,
-    Scales,
     StageWindowCommand,
     Window,
 )
 from harness.sandbox.pause import PausedMark
-from harness.schema import Observations, TimedOutputCheck, Tolerance, TrialFigures
+from harness.schema import Observations, TimedOutputCheck, Tolerance
 from harness.verdicts import Phase
 
 # A reference window the paused candidate disturbed is timed again, up to this many tries in all; then timing stops.
@@ -64,7 +61,6 @@ SETTLED = 0.8
 # The trusted side answers a wait for an idle GPU within the wait's own limit; this much more is its reply's slack.
 _IDLE_REPLY_SLACK_S = 10.0
 
-Fingerprints = list[list[float | None]]
 
 
 @dataclass(frozen=True)
@@ -148,8 +144,8 @@ class TimedRounds:
         self.draw = draw or secrets.SystemRandom()
         self.gpu_processes = gpu_processes
         self.kinds = list(plan.kinds)
-        self.deferred: list[int] = []  # the timed calls handed over, read and not yet compared (numbered)
-        self.comparing = False  # the trusted side is comparing them (`handovers_compared` collects its answer)
+        # The fingerprints and hand-overs of the candidate's windows (output_checks.py).
+        self.checks = OutputChecks(trusted, candidate, obs, plan.tolerance, plan.output_bytes, deadline)
         self.handed_before = 0  # outputs asked for before the timed rounds now running (`_retime`)
 
     def run(self) -> None:
@@ -388,11 +384,12 @@ class TimedRounds:
                 ms, said = self._candidate_window(seeds, forward, window_limit, trace=r == traced, staged=staged)
                 phase("timed_windows")
                 if fingerprinted:  # right after the window, so that what it left undone is done on the parent's clock
-                    got = self._fingerprint(key, window_limit, figures)
+                    got = self.checks.candidate_fingerprints(key, window_limit, figures)
                     phase("fingerprints")
                     # Whether this window is handed over is drawn only now that it has closed (the last, if none was).
                     if r >= 0 and (self.draw.random() < chance or (last and check.expected == self.handed_before)):
-                        self._handover(r, seeds, forward, check)
+                        picks = sorted(self.draw.sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
+                        self.checks.handover(r, seeds, forward, picks, check)
                         phase("handovers")
                 self.candidate.pause()  # its turn is over: nothing of its runs beside the trusted side's
                 phase("pauses")
@@ -411,11 +408,11 @@ class TimedRounds:
                     continue
                 ms, said = timed
                 if kind == "eager" and fingerprinted:
-                    reference = self._reference_fingerprint(key, figures) if self.eager is None else \
-                        self._eager_fingerprint(key, window_limit, figures)
+                    reference = self.checks.trusted_fingerprints(key, figures) if self.eager is None else \
+                        self.checks.eager_fingerprints(self.eager, key, window_limit, figures)
                     phase("fingerprints")
                 elif self.eager is not None and kind in ("eager", "empty"):
-                    self.eager.pause()  # as the candidate is after its turn (`_eager_fingerprint` pauses it too)
+                    self.eager.pause()  # as the candidate is after its turn (`eager_fingerprints` pauses it too)
                     phase("pauses")
             walls[kind].append(ms)
             seen[kind].append(said)
@@ -508,46 +505,6 @@ class TimedRounds:
         if method is not None:
             self.obs.trusted_pause_method = method
             time.sleep(self.fill_s)
-
-    def _fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> Fingerprints:
-        """The candidate fingerprints the outputs of the window just closed under `key` (on the parent's clock: what
-        it takes beyond the trusted side's fingerprints of the same outputs is charged to the window)."""
-        reply = self.candidate.request(Fingerprint(key=key), limit_s, Phase.timing)
-        check.fingerprint_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        # The host's round trip at this moment, taken off the fingerprint's time (a loaded host wakes both late),
-        # with the candidate stopped: nothing it starts after its reply delays the trusted side's wake-up.
-        self.candidate.pause()
-        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
-        check.fingerprint_latency_ms.append(round(latency_ms, 4))
-        return list(reply.fields["sums"])
-
-    def _reference_fingerprint(self, key: int, check: TimedOutputCheck) -> tuple[Fingerprints, Fingerprints]:
-        """The trusted side fingerprints eager's outputs of the same seeds under the same key: what an honest
-        fingerprint costs (its own clock's fingerprint step) and what it must come to."""
-        tol = self.plan.tolerance
-        wall_ms, done = self.trusted.timed_call(FingerprintCommand(key=key, atol=tol.atol, rtol=tol.rtol)
-                                                .model_dump(mode="json"), "fingerprinted")
-        add_trusted_seconds(self.obs, "fingerprint", done)
-        check.reference_fingerprint_ms.append(round(wall_ms - 1e3 * float(done["seconds"].get("scales", 0.0)), 4))
-        check.reference_fingerprint_own_ms.append(round(1e3 * float(done["seconds"]["fingerprint"]), 4))
-        return list(done["sums"]), list(done["scales"])
-
-    def _eager_fingerprint(self, key: int, limit_s: float, check: TimedOutputCheck) -> tuple[Fingerprints,
-                                                                                                Fingerprints]:
-        """Eager's own process fingerprints its window's outputs under `key` as the candidate does, and gives their
-        scales: what it took on the parent's clock, less the host's round trip right after it (credited as the
-        candidate's is), is what an honest fingerprint costs."""
-        tol = self.plan.tolerance
-        assert self.eager is not None and check.handover_slack_ms is not None
-        reply = self.eager.request(Fingerprint(key=key), limit_s)
-        wall_ms = (reply.received_at - self.eager.sent_at) * 1e3
-        scales = self.eager.request(Scales(atol=tol.atol, rtol=tol.rtol), limit_s).fields["scales"]
-        self.eager.pause()
-        latency_ms, _ = self.trusted.timed_call({"cmd": "ping"}, "pong")
-        credit = grading.HANDOVER_LATENCY_CREDIT * check.handover_slack_ms
-        check.reference_fingerprint_ms.append(round(wall_ms, 4))
-        check.reference_fingerprint_own_ms.append(round(max(wall_ms - min(latency_ms, credit), 0.0), 4))
-        return list(reply.fields["sums"]), list(scales)
 
     def _probe(self) -> None:
         """On CUDA, the trusted side's idle probe once, nothing waited for or observed: where eager's windows run in
@@ -665,63 +622,14 @@ class TimedRounds:
         return (f"{window}: another process's GPU work ran after it (the trusted side waited "
                 f"{float(idle['waited_ms']):.4g} ms for an idle GPU{', busy still' if idle['busy'] else ''})"), False
 
-    def _handover(self, window: int, seeds: list[int], forward_seeds: list[int], check: TimedOutputCheck) -> None:
-        """The parent picks calls of the window just closed; the candidate hands their outputs over as it kept them
-        (their time on the parent's clock is a diagnostic: the fingerprints before it needed every output, so nothing
-        is left to compute, and what they took beyond the trusted side's is charged to the window); the
-        trusted side judges them element by element on the same seeds."""
-        calls, output_bytes, tol = len(seeds), self.plan.output_bytes, self.plan.tolerance
-        picks = sorted(self.draw.sample(range(calls), min(windows.PICKS_PER_WINDOW, calls)))
-        check.expected += len(picks)
-        reply = self.candidate.request(Handover(window=window, picks=picks),
-                                       self.deadline(calls, len(picks) * output_bytes), Phase.timing)
-        check.handover_ms.append(round((reply.received_at - self.candidate.sent_at) * 1e3, 4))
-        self.candidate.pause()  # read by the trusted side as handed over, not as rewritten since
-        said = reply.fields["layouts"]  # the candidate's: one per pick, or it reported fewer
-        layouts = [said[k] if k < len(said) else None for k in range(len(picks))]
-        # Read now, compared once the timed rounds are over (beside the candidate's trace and exit), while the bytes
-        # kept for that stay within HANDOVER_BYTES; else compared now.
-        defer = (len(self.deferred) + len(picks)) * output_bytes <= windows.HANDOVER_BYTES
-        checked = self.trusted.call(CheckHandoverCommand(
-            layouts=layouts, seeds=[seeds[j] for j in picks], forward_seeds=[forward_seeds[j] for j in picks],
-            atol=tol.atol, rtol=tol.rtol, defer=defer).model_dump(mode="json"), "handover_checked")
-        add_trusted_seconds(self.obs, "handover", checked)
-        check.reported += sum(layout is not None for layout in layouts)
-        numbers = [window * calls + j for j in picks]
-        if defer:
-            self.deferred += numbers
-        else:
-            self._record_handover(numbers, checked["checks"])
-
-    def _record_handover(self, numbers: list[int], checks: list[dict[str, Any]]) -> None:
-        check = self.obs.timed_outputs
-        assert check is not None
-        for n, figures in zip(numbers, checks, strict=True):
-            check.checked.append(n)
-            check.calls.append(TrialFigures.model_validate({**figures, "trial": n, "inputs": "timed window"}))
-
     def compare_handovers(self) -> None:
-        """The hand-overs read during the rounds and left to compare: the trusted side compares them from now on,
-        while the candidate is traced and ends (`handovers_compared` collects its answer)."""
-        if self.deferred:
-            tol = self.plan.tolerance
-            self.trusted.send(JudgeHandoversCommand(atol=tol.atol, rtol=tol.rtol).model_dump(mode="json"))
-            self.comparing = True
+        """The hand-overs left to compare, compared by the trusted side from now on (OutputChecks.compare)."""
+        self.checks.compare()
 
     def handovers_compared(self) -> bool:
-        """The trusted side's comparison of the deferred hand-overs, recorded; False where none was under way."""
-        if not self.comparing:
-            return False
-        judged = self.trusted.wait("handovers_checked").fields
-        self.comparing = False
-        add_trusted_seconds(self.obs, "handover", judged)
-        numbers, self.deferred = self.deferred, []
-        self._record_handover(numbers, judged["checks"])
-        return True
+        """Their comparison recorded; False where none was under way (OutputChecks.compared)."""
+        return self.checks.compared()
 
     def settle(self) -> None:
-        """At the evaluation's end, cut short: the comparison under way is let finish (a few calls' outputs), so
-        that the trusted process stays in step with its commands; its answer is not recorded."""
-        if self.comparing:
-            self.comparing = False
-            self.trusted.wait("handovers_checked")
+        """At the evaluation's end, cut short: the comparison under way let finish (OutputChecks.settle)."""
+        self.checks.settle()

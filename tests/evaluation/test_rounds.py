@@ -253,7 +253,7 @@ def test_honest_rounds_time_every_kind_on_windows_sized_on_the_slower_of_candida
     assert check is not None and not check.fingerprint_mismatches and check.fingerprinted == 5 * 10
     assert check.expected >= 2 and check.reported == check.expected and not check.calls  # read, not compared yet
     rounds.compare_handovers()
-    assert trusted.commands[-1] == "judge_handovers" and rounds.comparing
+    assert trusted.commands[-1] == "judge_handovers" and rounds.checks.comparing
     assert rounds.handovers_compared() and len(check.calls) == check.expected == len(check.checked)
     assert not rounds.handovers_compared()  # collected once
 
@@ -345,7 +345,7 @@ def test_windows_sized_down_that_ran_short_are_timed_again_on_windows_sized_on_t
     check = obs.timed_outputs
     assert check is not None and check.fingerprinted == 5 * 2 + 5 * 10 and not check.fingerprint_mismatches
     assert len(check.fingerprint_ms) == len(check.reference_fingerprint_own_ms) == 5
-    assert any(n >= 5 * 10 for n in rounds.deferred)  # a hand-over of the second timing's (windows 5-9)
+    assert any(n >= 5 * 10 for n in rounds.checks.deferred)  # a hand-over of the second timing's (windows 5-9)
     assert len(candidate.traced) == 2 and candidate.traced[0] < 5 <= candidate.traced[1] < 10
     g = grading.grade(_passing(candidate_timing=obs.candidate_timing, eager_timing=obs.eager_timing,
                                windows_sized_down=obs.windows_sized_down), TOL)
@@ -610,7 +610,7 @@ def test_a_comparison_under_way_at_a_cut_short_end_is_let_finish(tmp_path):
     rounds.run()
     rounds.compare_handovers()
     rounds.settle()
-    assert trusted.pending is None and not rounds.comparing
+    assert trusted.pending is None and not rounds.checks.comparing
     assert rounds.obs.timed_outputs is not None and not rounds.obs.timed_outputs.calls  # not recorded
 
 

@@ -123,7 +123,7 @@ def test_an_evaluation_cut_short_while_its_hand_overs_are_compared_keeps_its_tru
     from harness.evaluation.handles import CandidateStopped
 
     def stopped(self):
-        assert self.rounds is not None and self.rounds.comparing  # the comparison is under way
+        assert self.rounds is not None and self.rounds.checks.comparing  # the comparison is under way
         raise CandidateStopped
 
     _run(registry, settings, "level2/30", "l30_pytorch_correct.py", pool)
