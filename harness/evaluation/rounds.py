@@ -4,11 +4,11 @@ Each round opens a window of every kind on the same fresh seeds (the candidate's
 empty one's, in an order drawn for the round), on the parent's clock. After the candidate's window it fingerprints
 that window's outputs (what it takes beyond the trusted side's same work is charged to the window) and, where the
 parent so draws once the window has closed, hands picked outputs over whole for the trusted side to judge (both
-checks: output_checks.py). Then it is
-paused until its next turn; before and after each reference window the parent checks that nothing of its ran (its
-CPU clock; on CUDA, GPU work the trusted side waits out), and a window it disturbed is timed again. Untimed rounds
-(the plan's `warmup_rounds`, and more while a kind the windows are sized on still gets faster) first warm every kind
-up and size the windows; where the plan names a busy core, a spinner runs there through all of them (busy_core.py).
+checks: output_checks.py). Then it is paused until its next turn; before and after each reference window the parent
+checks that nothing of its ran (its CPU clock; on CUDA, GPU work the trusted side waits out), and a window it
+disturbed is timed again. Untimed rounds (the plan's `warmup_rounds`, and more while a kind the windows are sized on
+still gets faster) first warm every kind up and size the windows; where the plan names a busy core, a spinner runs
+there through all of them (busy_core.py).
 The timed rounds end after the plan's fewest once the candidate's ratio to each baseline, paired by round, is known
 to the plan's aim (windows.paired_halfwidth), else after its rounds, or, while the ratio is not yet known to the aim
 of a ranked result, after as many extra rounds as that takes (the plan's most). Timed windows that were sized down on
