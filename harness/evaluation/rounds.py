@@ -215,40 +215,32 @@ class TimedRounds:
         own = obs.warmup_own_ms = {kind: [] for kind in self.kinds}
         warm["candidate"].append([1, round(one_call_ms, 4)])
         own["candidate"].append(windows.own_clocks(one_said))
-        r, last, warmed = -p.warmup_rounds, False, 0  # warmed: the warm-up rounds run so far
-        while not last:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
-            last = r >= 0 and self._last_round(r, calls, walls)
-            # Sized again after each warm-up round on its slower kind (the prepare phase's calls ran cold), each kind
-            # on its fastest warm-up window (a busy host only ever adds time), then fixed: every timed window holds
-            # the same calls, the number its time is divided by.
-            if warmed and r <= 0:
-                for kind in sized:
-                    sized[kind] = max(sized[kind], windows.resize(calls, walls[kind][-1], p.window_ms, p.most_calls,
-                                                                  fixed_ms, p.call_overhead_ms, p.fixed_cost_factor))
-                calls = min(sized.values())
-            if r == 0:
-                for kind in self.kinds:
-                    walls[kind].clear()
-                    seen[kind].clear()
+        r, warmed = -p.warmup_rounds, 0  # warmed: the warm-up rounds run so far
+        while r < 0:  # rounds below 0 warm up: lazy initialisation, autotuning, torch.compile
+            # Sized again after each warm-up round (the prepare phase's calls ran cold) and after the last, then
+            # fixed: every timed window holds the same calls, the number its time is divided by.
+            if warmed:
+                calls = self._resized(sized, calls, {kind: walls[kind][-1] for kind in sized}, fixed_ms)
             timed_before = {kind: len(walls[kind]) for kind in walls}
-            self._round(r, calls, traced, chance, walls, seen, check, last)
-            if r < 0:  # each kind that timed a window this round (a torch.compile that failed timed none)
-                for kind, n in timed_before.items():
-                    if len(walls[kind]) > n:
-                        warm[kind].append([calls, round(walls[kind][-1], 4)])
-                        own[kind].append(windows.own_clocks(seen[kind][-1]))
-            self.phase("timing_warmup" if r < 0 else "timed_windows")
-            warmed += r < 0
+            self._round(r, calls, None, chance, walls, seen, check)
+            for kind, n in timed_before.items():  # each kind that timed a window (a torch.compile that failed: none)
+                if len(walls[kind]) > n:
+                    warm[kind].append([calls, round(walls[kind][-1], 4)])
+                    own[kind].append(windows.own_clocks(seen[kind][-1]))
+            self.phase("timing_warmup")
+            warmed += 1
             r += 1
             if r == 0 and warmed < p.warmup_rounds + p.settle_rounds and not self._settled(warm, fixed_ms):
                 r = -1  # one more warm-up round, as the last one (fingerprints let go)
+        calls = self._resized(sized, calls, {kind: walls[kind][-1] for kind in sized}, fixed_ms)
+        timed = self._timed(0, calls, traced, chance, walls, seen, check)
         # The candidate chose nothing here but may have slowed its untimed windows: windows sized down for it must
         # last about their target when timed, or a faster reply of its own counts for more of each short window.
         # Timed once more on windows sized on its timed calls, they do or the figure is not ranked.
         down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms, warm["candidate"])
         if down is not None and p.retime:
             obs.windows_retimed = down
-            calls = self._retime(r, calls, sized, walls, seen, check, chance, fixed_ms)
+            calls = self._retime(timed, calls, sized, walls, seen, check, chance, fixed_ms)
             down = windows.sized_down(calls, sized["eager"], walls["candidate"], p.window_ms, warm["candidate"])
         obs.windows_sized_down = down
         series = {kind: windows.WindowSeries(calls, walls[kind], seen[kind]) for kind in self.kinds}
@@ -272,6 +264,30 @@ class TimedRounds:
         if "compile" in self.kinds:
             obs.compile_timing = windows.stats(series["compile"], series["empty"], series["candidate"])
 
+    def _resized(self, sized: dict[str, int], calls: int, window_ms: dict[str, float], fixed_ms: float) -> int:
+        """The calls a window holds, sized again on the candidate's and eager's windows of `calls` calls that took
+        `window_ms`: each kind's most so far (a busy host only ever adds time), the fewer of the two."""
+        p = self.plan
+        for kind in sized:
+            sized[kind] = max(sized[kind], windows.resize(calls, window_ms[kind], p.window_ms, p.most_calls, fixed_ms,
+                                                          p.call_overhead_ms, p.fixed_cost_factor))
+        return min(sized.values())
+
+    def _timed(self, base: int, calls: int, traced: int | None, chance: float, walls: dict[str, list[float]],
+               seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck) -> int:
+        """Timed rounds, numbered from `base`, on `walls` and `seen` emptied, until `_last_round` says (round `traced`
+        has its candidate window traced); how many ran."""
+        for kind in self.kinds:
+            walls[kind].clear()
+            seen[kind].clear()
+        r, last = 0, False
+        while not last:
+            last = self._last_round(r, calls, walls)
+            self._round(base + r, calls, traced, chance, walls, seen, check, last)
+            self.phase("timed_windows")
+            r += 1
+        return r
+
     def _retime(self, base: int, calls: int, sized: dict[str, int], walls: dict[str, list[float]],
                 seen: dict[str, list[dict[str, Any]]], check: TimedOutputCheck, chance: float, fixed_ms: float) -> int:
         """The timed rounds once more, after `base` rounds whose windows were sized down and ran short: those count
@@ -282,30 +298,18 @@ class TimedRounds:
         rounds go on numbering from `base`. On an H100 (464ddf9) level3/27's and 32's untimed candidate windows took
         14-16 ms a call, slow and steady, and their timed ones 2.6 and 5.1 ms: windows of 5 calls where eager's
         speed asked for 23 and 6. Returns the calls the new windows hold."""
-        p, warm, own = self.plan, self.obs.warmup_windows, self.obs.warmup_own_ms
+        warm, own = self.obs.warmup_windows, self.obs.warmup_own_ms
         for kind in self.kinds:
             if walls[kind]:
                 warm[kind].append([calls, round(statistics.median(walls[kind]), 4)])
                 own[kind].append(windows.own_clocks(seen[kind][-1]))
-        for kind in sized:
-            sized[kind] = max(sized[kind], windows.resize(calls, statistics.median(walls[kind]), p.window_ms,
-                                                          p.most_calls, fixed_ms, p.call_overhead_ms,
-                                                          p.fixed_cost_factor))
-        calls = min(sized.values())
-        for kind in self.kinds:
-            walls[kind].clear()
-            seen[kind].clear()
+        calls = self._resized(sized, calls, {kind: statistics.median(walls[kind]) for kind in sized}, fixed_ms)
         for figures in (check.fingerprint_ms, check.fingerprint_latency_ms, check.reference_fingerprint_ms,
                         check.reference_fingerprint_own_ms):
             figures.clear()
         self.handed_before = check.expected  # a hand-over of these rounds' own is made in their last, if none was
-        traced = base + self.draw.randrange(p.fewest()) if p.traced else None  # and a trace, which replaces the first
-        r, last = 0, False
-        while not last:
-            last = self._last_round(r, calls, walls)
-            self._round(base + r, calls, traced, chance, walls, seen, check, last)
-            self.phase("timed_windows")
-            r += 1
+        traced = base + self.draw.randrange(self.plan.fewest()) if self.plan.traced else None  # the first's replaced
+        self._timed(base, calls, traced, chance, walls, seen, check)
         return calls
 
     @staticmethod
